@@ -1,0 +1,60 @@
+"""Is anything moving over the window? Slow is not hung: CPU with changing stacks, a growing
+log, read bytes, busy GPUs, compiler children."""
+
+from __future__ import annotations
+
+from hangdoctor.checkapi import against, check, cleared, fired, support
+from hangdoctor.evidence.model import MIB, Evidence
+
+
+@check("activity.window", "Movement over the sampling window", needs=["timing", "processes"],
+       causes=["compile-in-progress", "post-load-deadlock"])
+def activity(ev: Evidence):
+    """Compares the start and the end of the window: CPU time of each process, whether its
+    stacks changed, bytes read, log growth, compiler children (nvcc, ptxas, cicc, inductor
+    compile workers) burning CPU. CPU burnt with an unchanged stack in a CUDA synchronize is a
+    spin, not progress (FIELD-NOTES), and does not count as movement.
+
+    Confirm by hand: top -H -p PID; cat /proc/PID/io twice; tail -f LOG
+    """
+    w = ev.window_s or 1.0
+    moving, still, signals = [], [], []
+    cpu_total = 0.0
+    compilers = []
+    for p in ev.processes:
+        cpu = p.cpu_delta_s or 0.0
+        cpu_total += cpu
+        ps = ev.stacks.get((p.host, p.pid))
+        spin = ps is not None and ps.ok and ps.moved is False and ps.main is not None and ps.main.wait_kind == "cuda-sync"
+        if p.role == "compiler" and cpu >= 0.1 * w:
+            compilers.append(p)
+        if cpu >= 0.2 * w and not spin:
+            if ps is None or not ps.ok or ps.moved is not False:
+                moving.append(f"{p.label} used {cpu:.2f} s CPU")
+        if (p.read_bytes_delta or 0) > 16 * MIB:
+            moving.append(f"{p.label} read {p.read_bytes_delta / MIB:.0f} MiB")
+    moved_stacks = [pid for (h, pid), ps in ev.stacks.items() if ps.ok and ps.moved]
+    if moved_stacks:
+        moving.append(f"stacks of {len(moved_stacks)} process(es) changed")
+    log = ev.log_meta
+    if log and log.get("grew_bytes"):
+        moving.append(f"the log grew by {log['grew_bytes']} B")
+    for g in ev.gpus:
+        if g.reading() == "busy":
+            moving.append(f"GPU {g.index} busy ({g.mean('util_pct'):.0f} % at {g.mean('power_w'):.0f} W)")
+    if not moving:
+        still.append(f"CPU {cpu_total:.2f} s in total")
+        if log:
+            still.append("log +0 B" + (f" (last write {log.get('age_s'):.0f} s ago)" if log.get("age_s") is not None else ""))
+        if ev.stacks:
+            still.append("stacks unchanged")
+    facts = {"moving": moving, "still": still}
+    if compilers:
+        names = ", ".join(f"{p.name} (pid {p.pid}, {p.cpu_delta_s:.2f} s CPU)" for p in compilers[:4])
+        signals.append(support("compile-in-progress", 0.6, f"compiler processes burn CPU: {names}",
+                               [f"pid:{p.pid}" for p in compilers]))
+    if moving:
+        signals.append(against("post-load-deadlock", 0.5, "something moves: " + "; ".join(moving[:3])))
+        return fired("moving: " + "; ".join(moving[:3]), *signals, facts=facts)
+    signals.append(against("compile-in-progress", 0.7, f"nothing moved over {w:.1f} s: no compile is progressing"))
+    return cleared(f"nothing moved over {w:.1f} s: " + "; ".join(still), *signals, facts=facts)

@@ -1,0 +1,75 @@
+"""Where the server log stops: loading done then silence, loading stuck, compiling, capturing
+CUDA graphs, serving then silence."""
+
+from __future__ import annotations
+
+from hangdoctor.checkapi import against, check, cleared, fired, support
+from hangdoctor.evidence.model import Evidence
+
+_PHASE_KINDS = ("load-progress", "load-done", "compile", "graph-capture", "server-ready", "request",
+                "nccl-init", "rendezvous")
+
+
+@check("log.phase", "What the server log says it was doing last", needs=["log"],
+       causes=["post-load-deadlock", "io-stall", "compile-in-progress", "cuda-graph-capture",
+               "request-deadlock"])
+def log_phase(ev: Evidence):
+    """Reads the log tail's recognised events (loading progress bars, "Loading weights took",
+    compile timing lines, CUDA graph capture, requests served, server ready) and asks what the
+    last phase was. Loading at 100 % then nothing is the post-load deadlock's log; a progress
+    bar stuck below 100 % with no growth is a loading stall; compile lines still being written
+    are progress; requests then silence is a request that wedged the scheduler.
+
+    Confirm by hand: tail -n 50 LOG; ls -l --time-style=full-iso LOG (when was it last written?)
+    """
+    lv = ev.log
+    last = lv.last(*_PHASE_KINDS)
+    if last is None:
+        return cleared("no loading, compile, capture or request lines in the log")
+    meta = ev.log_meta
+    grew = meta.get("grew_bytes") if ev.has_timing else None
+    silent = grew == 0 if grew is not None else None
+    age = meta.get("age_s")
+    silence = (f"; the log has not grown for {age:.0f} s" if silent and age is not None
+               else "; the log did not grow during the window" if silent else "")
+    signals = []
+    progress = lv.of("load-progress")
+    loaded = lv.last("load-done") is not None or (progress and (progress[-1].data.get("pct") or 0) >= 100)
+    if last.kind in ("load-done",) or (last.kind == "load-progress" and (last.data.get("pct") or 0) >= 100):
+        text = f"loading finished ({last.text.strip()[:120]}) and nothing came after it{silence}"
+        w = 0.35 if silent or not ev.has_timing else 0.15
+        signals.append(support("post-load-deadlock", w, text))
+        signals.append(against("io-stall", 0.4, "loading finished"))
+    elif last.kind == "load-progress":
+        pct = last.data.get("pct")
+        if silent:
+            signals.append(support("io-stall", 0.4, f"loading stopped at {pct} %{silence}: {last.text.strip()[:120]}"))
+        elif grew:
+            signals.append(against("io-stall", 0.3, f"loading progresses ({pct} %)"))
+        else:
+            signals.append(support("io-stall", 0.2, f"the log ends in loading at {pct} %"))
+    elif last.kind == "compile":
+        if grew:
+            signals.append(support("compile-in-progress", 0.55, f"the log keeps growing with compile lines: {last.text.strip()[:120]}"))
+        elif silent:
+            signals.append(support("compile-in-progress", 0.15, f"the log ends in a compile line{silence}"))
+        else:
+            signals.append(support("compile-in-progress", 0.45, f"the log ends in compile lines: {last.text.strip()[:120]}"))
+    elif last.kind == "graph-capture":
+        if grew:
+            signals.append(against("cuda-graph-capture", 0.3, "graph capture progresses"))
+        else:
+            signals.append(support("cuda-graph-capture", 0.5, f"the log ends in CUDA graph capture{silence}: {last.text.strip()[:120]}"))
+    elif last.kind == "request":
+        n = len(lv.of("request"))
+        if silent or not ev.has_timing:
+            signals.append(support("request-deadlock", 0.45 if silent else 0.3,
+                                   f"{n} request/throughput line(s), then silence{silence}: {last.text.strip()[:120]}"))
+    if loaded and last.kind not in ("load-done", "load-progress"):
+        signals.append(against("io-stall", 0.3, "loading finished earlier in the log"))
+    compile_lines = lv.of("compile")
+    if compile_lines and last.kind != "compile" and not grew:
+        signals.append(against("compile-in-progress", 0.3, "compilation is not the last thing in the log"))
+    if any(s.weight > 0 for s in signals):
+        return fired(next(s.text for s in signals if s.weight > 0), *signals)
+    return cleared(f"last phase in the log: {last.kind}", *signals)

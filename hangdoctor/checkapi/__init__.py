@@ -1,0 +1,22 @@
+"""The check API (see api.py) and the registry that finds checks."""
+
+from hangdoctor.checkapi.api import (
+    CLEARED,
+    ERRORED,
+    FIRED,
+    SKIPPED,
+    Check,
+    Result,
+    Signal,
+    against,
+    check,
+    cleared,
+    fired,
+    skipped,
+    support,
+)
+
+__all__ = [
+    "CLEARED", "ERRORED", "FIRED", "SKIPPED", "Check", "Result", "Signal", "against", "check",
+    "cleared", "fired", "skipped", "support",
+]

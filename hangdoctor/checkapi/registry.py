@@ -1,0 +1,107 @@
+"""Finding checks: built-in, third-party and one-off, all through one mechanism.
+
+A *check module* is any module that defines :class:`Check` objects at top level. Built-in
+checks are the modules of ``hangdoctor.checks`` (the repo's ``checks/``), registered through the
+``hangdoctor.checks`` entry-point group like any third-party package; ``--checks-dir DIR``
+loads every ``*.py`` file there as a check module.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import pkgutil
+import sys
+import traceback
+from importlib.metadata import entry_points
+from pathlib import Path
+from types import ModuleType
+
+from hangdoctor.checkapi.api import Check
+from hangdoctor.errors import UsageError
+
+GROUP = "hangdoctor.checks"
+
+
+def checks_in_module(module: ModuleType) -> list[Check]:
+    """Every Check defined in ``module``, and in its submodules when it is a package."""
+    found: list[Check] = []
+    for value in vars(module).values():
+        if isinstance(value, Check) and value.module == module.__name__:
+            found.append(value)
+    if hasattr(module, "__path__"):
+        for info in sorted(pkgutil.iter_modules(module.__path__), key=lambda i: i.name):
+            if info.name.startswith("_"):
+                continue
+            sub = importlib.import_module(f"{module.__name__}.{info.name}")
+            found.extend(checks_in_module(sub))
+    return found
+
+
+def builtin_checks() -> list[Check]:
+    import hangdoctor.checks as pkg
+
+    return checks_in_module(pkg)
+
+
+def entry_point_checks(include_builtin: bool = True) -> tuple[list[Check], list[str]]:
+    """Checks from every installed distribution's ``hangdoctor.checks`` entry points."""
+    checks: list[Check] = []
+    problems: list[str] = []
+    for ep in entry_points(group=GROUP):
+        if ep.value == "hangdoctor.checks" and not include_builtin:
+            continue
+        try:
+            obj = ep.load()
+        except Exception as exc:
+            problems.append(f"entry point {ep.name} = {ep.value} failed to load: {exc}")
+            continue
+        if isinstance(obj, Check):
+            checks.append(obj)
+        elif isinstance(obj, ModuleType):
+            checks.extend(checks_in_module(obj))
+        else:
+            problems.append(f"entry point {ep.name} = {ep.value} is neither a Check nor a module")
+    return checks, problems
+
+
+def load_checks_dir(path: str) -> list[Check]:
+    directory = Path(path)
+    if not directory.is_dir():
+        raise UsageError(f"--checks-dir {path}: not a directory", "give a folder of check modules")
+    out: list[Check] = []
+    for file in sorted(directory.glob("*.py")):
+        name = f"hangdoctor_user_checks.{file.stem}"
+        spec = importlib.util.spec_from_file_location(name, file)
+        if spec is None or spec.loader is None:
+            continue
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        try:
+            spec.loader.exec_module(module)
+        except Exception as exc:
+            tb = traceback.format_exception_only(type(exc), exc)[-1].strip()
+            raise UsageError(f"check module {file} failed to import: {tb}", "fix or remove it") from exc
+        out.extend(checks_in_module(module))
+    return out
+
+
+def all_checks(checks_dirs: list[str] | None = None, third_party: bool = True) -> tuple[list[Check], list[str]]:
+    """Built-in checks (always), then entry-point ones, then ``--checks-dir`` ones; de-duplicated
+    by id (the first wins: a third-party check cannot silently replace a built-in one)."""
+    checks = builtin_checks()
+    problems: list[str] = []
+    if third_party:
+        extra, problems = entry_point_checks(include_builtin=False)
+        checks += extra
+    for d in checks_dirs or []:
+        checks += load_checks_dir(d)
+    seen: set[str] = set()
+    unique: list[Check] = []
+    for c in checks:
+        if c.id in seen:
+            problems.append(f"check id {c.id} defined twice; the second ({c.module}) is ignored")
+            continue
+        seen.add(c.id)
+        unique.append(c)
+    return unique, problems

@@ -1,0 +1,416 @@
+"""The command line. Only this module turns errors into messages and exit codes.
+
+stdout carries the requested output (``--json`` means pure JSON); the terminal summary,
+progress and errors go to stderr.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hangdoctor import __version__
+from hangdoctor.errors import HangdoctorError, InputError, UsageError
+
+# Exit codes (also in the README): a script can act on them.
+EXIT_HEALTHY = 0
+EXIT_INTERNAL = 1
+EXIT_USAGE = 2
+EXIT_HUNG = 3
+EXIT_NO_COLLECT = 4
+EXIT_PROGRESSING = 5
+EXIT_DEAD = 6
+EXIT_INCONCLUSIVE = 7
+VERDICT_EXIT = {
+    "healthy": EXIT_HEALTHY,
+    "hung": EXIT_HUNG,
+    "progressing": EXIT_PROGRESSING,
+    "dead": EXIT_DEAD,
+    "inconclusive": EXIT_INCONCLUSIVE,
+}
+EXIT_CODES_HELP = """\b
+Exit codes:
+  0  healthy            3  hung              5  progressing (slow, not hung)
+  6  dead               7  inconclusive      4  could not collect (host or source failed;
+  2  bad usage or input                         a partial report is still written)
+  1  internal error"""
+
+
+def _err(msg: str) -> None:
+    click.echo(msg, err=True)
+
+
+class _Group(click.Group):
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except HangdoctorError as exc:
+            _err(f"hangdoctor: {exc.one_line()}")
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            _err("hangdoctor: interrupted")
+            ctx.exit(130)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
+            raise
+        except Exception as exc:  # never a traceback on the terminal
+            import os
+            import traceback
+
+            if os.environ.get("HANGDOCTOR_DEBUG"):
+                traceback.print_exc()
+            _err(f"hangdoctor: internal error: {type(exc).__name__}: {exc} "
+                 "(please report it; HANGDOCTOR_DEBUG=1 shows the traceback)")
+            ctx.exit(EXIT_INTERNAL)
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="hangdoctor")
+def main() -> None:
+    """Is the inference server hung, and why? Collects evidence from a live host (local or over
+    SSH), runs checks over it, ranks the likely causes, and writes a report.
+
+    \b
+      hangdoctor diagnose localhost --pid 46294 -o report.html
+      hangdoctor diagnose root@gpu-node-3            # find the servers there
+      hangdoctor analyze pasted-dump.txt server.log  # evidence from a ticket
+      hangdoctor demo                                # a real diagnosis of a built-in hung server
+    """
+
+
+# ------------------------------------------------------------------ shared options
+
+def _output_options(f: Any) -> Any:
+    f = click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
+                     help="write the report here; the format follows the suffix (.html, .md, .json)")(f)
+    f = click.option("--format", "fmt", type=click.Choice(["html", "json", "md"]), default=None,
+                     help="report format when the suffix does not say")(f)
+    f = click.option("--json", "as_json", is_flag=True, help="print the analysis as JSON on stdout (only JSON)")(f)
+    f = click.option("--checks-dir", "checks_dirs", multiple=True, type=click.Path(file_okay=False),
+                     help="also load the checks in this folder")(f)
+    f = click.option("-q", "--quiet", is_flag=True, help="no terminal summary")(f)
+    return f
+
+
+def _load_checks(checks_dirs: tuple[str, ...]) -> list[Any]:
+    from hangdoctor.checkapi.registry import all_checks
+
+    checks, problems = all_checks(list(checks_dirs))
+    for p in problems:
+        _err(f"hangdoctor: warning: {p}")
+    return checks
+
+
+def _command_line() -> str:
+    from hangdoctor.redact import redact_argv
+
+    return " ".join(["hangdoctor"] + redact_argv(sys.argv[1:]))
+
+
+def _emit(analysis: dict[str, Any], output: str | None, fmt: str | None, as_json: bool, quiet: bool,
+          extra_paths: list[str] | None = None) -> None:
+    from hangdoctor.report.render import render_json, render_terminal, write_report
+
+    written = None
+    if output:
+        try:
+            used = write_report(analysis, output, fmt)
+        except ValueError as exc:
+            raise UsageError(str(exc), "use -o report.html, report.md or report.json, or --format") from None
+        except OSError as exc:
+            raise UsageError(f"cannot write {output}: {exc.strerror or exc}", "choose a writable path") from None
+        written = f"{output} ({used})"
+    if as_json:
+        sys.stdout.write(render_json(analysis) + "\n")
+        sys.stdout.flush()
+    if not quiet:
+        text = render_terminal(analysis, color=sys.stderr.isatty())
+        if written:
+            text += f"\nreport: {written}"
+        for p in extra_paths or []:
+            text += f"\n{p}"
+        click.echo(text, err=as_json)
+
+
+def _exit_code(analysis: dict[str, Any], host_failures: bool) -> int:
+    if host_failures:
+        return EXIT_NO_COLLECT
+    return VERDICT_EXIT.get(analysis.get("verdict", "inconclusive"), EXIT_INCONCLUSIVE)
+
+
+# ------------------------------------------------------------------ diagnose
+
+def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: dict[str, Any]) -> tuple[list[Any], list[str]]:
+    import asyncio
+
+    from hangdoctor.collect.config import ProbeConfig
+    from hangdoctor.target import multi
+
+    hosts = list(hosts)
+    pids = list(pids)
+    if hosts_file:
+        try:
+            hosts += multi.read_hosts_file(hosts_file)
+            pids += multi.hosts_file_pid_args(hosts_file)
+        except OSError as exc:
+            raise UsageError(f"--hosts {hosts_file}: {exc.strerror or exc}", "give a readable file, one host a line") from None
+    if not hosts:
+        raise UsageError("no host given", "hangdoctor diagnose localhost --pid PID (or a [user@]host)")
+    seen: list[str] = []
+    for h in hosts:
+        if h not in seen:
+            seen.append(h)
+    hosts = seen
+    by_host = multi.parse_pid_args(pids, hosts)
+    ssh_kwargs: dict[str, Any] = {}
+    if opts.get("identity"):
+        ssh_kwargs["identity"] = list(opts["identity"])
+    if opts.get("ssh_option"):
+        ssh_kwargs["ssh_options"] = list(opts["ssh_option"])
+    if opts.get("known_hosts"):
+        ssh_kwargs["known_hosts"] = opts["known_hosts"]
+    if opts.get("ssh_config"):
+        ssh_kwargs["config_path"] = opts["ssh_config"]
+    targets = [multi.parse_host_spec(h, **ssh_kwargs) for h in hosts]
+
+    def config_for(t: Any) -> ProbeConfig:
+        return ProbeConfig(
+            root_pids=by_host.get(t.name, []),
+            ports=list(opts.get("port") or []),
+            log_path=opts.get("log"),
+            window_s=opts["window"],
+            deadline_s=max(5.0, opts["deadline"] - 3.0),
+            native=opts.get("native", False),
+            locals=opts.get("locals", False),
+            sudo=opts.get("sudo", False),
+            redact=not opts.get("no_redact", False),
+            nvml=not opts.get("no_gpu", False),
+            host_name=t.name,
+        )
+
+    results = asyncio.run(multi.collect_all(targets, config_for, opts["deadline"]))
+    return results, hosts
+
+
+def _diagnose_options(f: Any) -> Any:
+    opts = [
+        click.option("--pid", "pids", multiple=True, help="root PID of the server (repeat; HOST:PID with several hosts); default: find the servers"),
+        click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False), help="file of hosts, one a line (optional pid=1,2 after the host)"),
+        click.option("--port", type=int, multiple=True, help="also probe this TCP port over HTTP"),
+        click.option("--log", type=str, default=None, help="the server's log file (on the target host)"),
+        click.option("--window", type=click.FloatRange(0.2, 600), default=2.0, show_default=True, help="sampling window in seconds"),
+        click.option("--deadline", type=click.FloatRange(5, 3600), default=45.0, show_default=True, help="hard limit for the whole collection, in seconds"),
+        click.option("--native", is_flag=True, help="py-spy --native (C/CUDA frames; ~0.5 s per torch process)"),
+        click.option("--locals", is_flag=True, help="py-spy --locals (redacted; may still show prompts)"),
+        click.option("--sudo", is_flag=True, help="run py-spy through sudo -n on the target"),
+        click.option("--no-gpu", is_flag=True, help="do not query NVML"),
+        click.option("--no-redact", is_flag=True, help="keep secrets in the output: for private use only"),
+        click.option("-i", "--identity", multiple=True, type=click.Path(), help="SSH private key (repeat)"),
+        click.option("--ssh-option", multiple=True, help="SSH option as Key=Value (e.g. Port=2222, User=ops)"),
+        click.option("--ssh-config", type=click.Path(dir_okay=False), default=None, help="OpenSSH client config (default ~/.ssh/config)"),
+        click.option("--known-hosts", type=click.Path(dir_okay=False), default=None, help="known_hosts file (default ~/.ssh/known_hosts)"),
+    ]
+    for o in reversed(opts):
+        f = o(f)
+    return f
+
+
+def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str, Any], list[Any], float]:
+    from hangdoctor.triage.analyze import analyze
+
+    t0 = time.monotonic()
+    checks = _load_checks(kw.get("checks_dirs") or ())
+    results, _names = _collect(list(hosts), list(kw.get("pids") or []), kw.get("hosts_file"), kw)
+    snapshots = [r.snapshot for r in results if r.snapshot is not None]
+    for r in results:
+        if r.error:
+            _err(f"hangdoctor: {r.name}: {r.error}" + (f" ({r.remedy})" if r.remedy else ""))
+    analysis = analyze(snapshots, checks, command=_command_line(), host_results=results)
+    if kw.get("no_redact"):
+        analysis["weakened"].insert(0, "NOT REDACTED (--no-redact): this report may contain tokens and keys; do not share it")
+    for s in snapshots:
+        targets = s.get("targets") or {}
+        if targets.get("discovered"):
+            found = targets.get("discovery") or []
+            host = (s.get("host") or {}).get("name")
+            if found:
+                _err(f"hangdoctor: {host}: found {len(found)} server process tree(s): "
+                     + ", ".join(f"{d['pid']} ({d['kind']})" for d in found))
+            else:
+                _err(f"hangdoctor: {host}: no inference-server processes found (vLLM, SGLang, TGI, "
+                     "TensorRT-LLM, Triton, torchrun); give --pid PID")
+    return analysis, results, time.monotonic() - t0
+
+
+def _save_snapshots(path: str, results: list[Any]) -> None:
+    snaps = [r.snapshot for r in results if r.snapshot is not None]
+    doc: Any = snaps[0] if len(snaps) == 1 else {"schema_version": 1, "hosts": snaps}
+    try:
+        Path(path).write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "choose a writable path") from None
+
+
+@main.command(epilog=EXIT_CODES_HELP)
+@click.argument("hosts", nargs=-1)
+@_diagnose_options
+@_output_options
+@click.option("--save-snapshot", type=click.Path(dir_okay=False), default=None,
+              help="save the raw snapshot JSON here (default: next to -o as NAME.snapshot.json)")
+def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
+    """Diagnose the inference server(s) on HOST: localhost, [user@]host[:port] or an ssh alias."""
+    if not hosts and not kw.get("hosts_file"):
+        raise UsageError("no host given", "hangdoctor diagnose localhost --pid PID")
+    analysis, results, wall_s = _run_diagnosis(hosts, kw)
+    analysis["wall_s"] = round(wall_s, 3)
+    extra = []
+    snap_path = kw.get("save_snapshot")
+    if not snap_path and kw.get("output"):
+        out = Path(kw["output"])
+        snap_path = str(out.with_name(out.stem + ".snapshot.json"))
+    if snap_path and any(r.snapshot for r in results):
+        _save_snapshots(snap_path, results)
+        extra.append(f"snapshot: {snap_path}")
+    _emit(analysis, kw.get("output"), kw.get("fmt"), kw.get("as_json", False), kw.get("quiet", False), extra)
+    failures = any(r.error for r in results)
+    sys.exit(_exit_code(analysis, failures))
+
+
+# ------------------------------------------------------------------ analyze / report
+
+def _read_documents(paths: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+    """Split inputs into saved snapshots and raw text evidence."""
+    from hangdoctor.parsers.assemble import read_input
+    from hangdoctor.parsers.detect import sniff_json_document
+    from hangdoctor.snapshot.io import load_snapshot_text
+
+    snapshots: list[dict[str, Any]] = []
+    texts: list[tuple[str, str]] = []
+    for p in paths:
+        try:
+            name, text = read_input(p)
+        except HangdoctorError:
+            raise
+        except Exception as exc:  # the parser's own InputError may not subclass ours
+            raise InputError(f"{p}: {exc}", "give a readable text file, or - for standard input") from None
+        kind = sniff_json_document(text)
+        if kind == "snapshot":
+            snapshots.extend(load_snapshot_text(text, name))
+        elif kind == "analysis":
+            raise InputError(f"{name} is an analysis, not evidence", "use: hangdoctor report FILE -o report.html")
+        else:
+            texts.append((name, text))
+    return snapshots, texts
+
+
+@main.command(epilog=EXIT_CODES_HELP)
+@click.argument("evidence", nargs=-1, required=True)
+@_output_options
+def analyze(evidence: tuple[str, ...], output: str | None, fmt: str | None, as_json: bool,
+            checks_dirs: tuple[str, ...], quiet: bool) -> None:
+    """Analyse saved snapshots or raw evidence pasted in a ticket (py-spy dumps, logs, dmesg,
+    nvidia-smi, ps, env): any mix, any file names; - reads standard input."""
+    from hangdoctor.triage.analyze import analyze as run_analysis
+
+    checks = _load_checks(checks_dirs)
+    snapshots, texts = _read_documents(evidence)
+    if texts:
+        from hangdoctor.parsers.assemble import analyze_inputs
+
+        snapshots.append(analyze_inputs(texts))
+    analysis = run_analysis(snapshots, checks, command=_command_line())
+    _emit(analysis, output, fmt, as_json, quiet)
+    sys.exit(_exit_code(analysis, False))
+
+
+@main.command()
+@click.argument("document")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="report file (.html, .md, .json)")
+@click.option("--format", "fmt", type=click.Choice(["html", "json", "md"]), default=None)
+@click.option("--checks-dir", "checks_dirs", multiple=True, type=click.Path(file_okay=False))
+def report(document: str, output: str, fmt: str | None, checks_dirs: tuple[str, ...]) -> None:
+    """Re-render a saved analysis (or analyse a saved snapshot) without the host."""
+    from hangdoctor.parsers.assemble import read_input
+    from hangdoctor.parsers.detect import sniff_json_document
+    from hangdoctor.report.render import write_report
+    from hangdoctor.snapshot.io import load_snapshot_text
+    from hangdoctor.triage.analyze import analyze as run_analysis
+
+    name, text = read_input(document)
+    kind = sniff_json_document(text)
+    if kind == "analysis":
+        analysis = json.loads(text)
+    elif kind == "snapshot":
+        analysis = run_analysis(load_snapshot_text(text, name), _load_checks(checks_dirs), command=_command_line())
+    else:
+        raise InputError(f"{name} is neither a hangdoctor analysis nor a snapshot",
+                         "for raw evidence use: hangdoctor analyze FILE -o report.html")
+    try:
+        used = write_report(analysis, output, fmt)
+    except ValueError as exc:
+        raise UsageError(str(exc), "use -o report.html, report.md or report.json") from None
+    _err(f"report: {output} ({used})")
+
+
+# ------------------------------------------------------------------ checks / demo
+
+@main.command("checks")
+@click.option("--json", "as_json", is_flag=True, help="as JSON")
+@click.option("--checks-dir", "checks_dirs", multiple=True, type=click.Path(file_okay=False))
+def list_checks(as_json: bool, checks_dirs: tuple[str, ...]) -> None:
+    """List the checks: id, what they need, the causes they speak to."""
+    checks = _load_checks(checks_dirs)
+    if as_json:
+        click.echo(json.dumps([{"id": c.id, "title": c.title, "needs": c.needs, "causes": c.causes,
+                                "module": c.module, "confirm": c.confirm} for c in checks], indent=1))
+        return
+    width = max(len(c.id) for c in checks)
+    for c in checks:
+        click.echo(f"{c.id:<{width}}  {c.title}")
+        click.echo(f"{'':<{width}}  needs: {', '.join(c.needs) or '-'}; causes: {', '.join(c.causes) or '-'}")
+
+
+@main.command()
+@click.option("-o", "--output", default="hangdoctor-demo.html", show_default=True, type=click.Path(dir_okay=False))
+@click.option("--window", type=click.FloatRange(0.2, 60), default=2.0, show_default=True)
+@click.option("--workers", type=click.IntRange(1, 16), default=4, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print the analysis as JSON on stdout")
+def demo(output: str, window: float, workers: int, as_json: bool) -> None:
+    """Start a built-in hung server (4 workers deadlocked after loading their weights),
+    diagnose it with the real collector, write the report, and stop what was started."""
+    import tempfile
+
+    from hangdoctor.scenarios.runner import ScenarioError, start_scenario
+
+    _err(f"hangdoctor demo: starting a built-in hung server ({workers} workers, deadlock after loading)...")
+    workdir = tempfile.mkdtemp(prefix="hangdoctor-demo-")
+    running = start_scenario("postload", workdir, workers=workers, max_lifetime_s=180)
+    try:
+        try:
+            sc = running.wait_ready(timeout_s=60)
+        except ScenarioError as exc:
+            raise HangdoctorError(f"the demo server did not start: {exc}", "run the tests to see what is missing") from None
+        _err(f"hangdoctor demo: server up: launcher pid {sc.launcher_pid}, workers {', '.join(map(str, sc.worker_pids))}, log {sc.log}")
+        _err(f"hangdoctor demo: running: hangdoctor diagnose localhost --pid {sc.launcher_pid} --log {sc.log} --window {window}")
+        kw = {"pids": [str(sc.launcher_pid)], "log": sc.log, "window": window, "deadline": 45.0}
+        analysis, _results, wall_s = _run_diagnosis(("localhost",), kw)
+        analysis["wall_s"] = round(wall_s, 3)
+    finally:
+        running.stop()
+    _emit(analysis, output, None, as_json, False)
+    _err("hangdoctor demo: the demo server was stopped. On a real server run:\n"
+         "  hangdoctor diagnose localhost --pid <server pid> -o report.html\n"
+         "  hangdoctor diagnose user@gpu-node --pid <server pid> -o report.html")
+
+
+def run() -> None:  # pragma: no cover - console entry alias
+    main()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()
+

@@ -1,0 +1,754 @@
+"""The probe: one bounded pass over one host, returning a snapshot (SCHEMA.md).
+
+Runs on the target host: in-process for ``localhost``, or shipped as source over SSH and run
+with the remote Python (3.8+, stdlib only; psutil and pynvml are used when present). Every
+source has its own timeout and a manifest entry; the whole probe has a deadline; what was
+collected by then is returned. It reads and never signals or changes a target process.
+
+Timeline, so that everything overlaps the sampling window::
+
+    t0  walk the tree, read /proc (sample A); start threads: NVML sampler, py-spy dumps,
+        HTTP probes, kernel log
+    t0 + window   read /proc again (sample B: CPU deltas, states, log growth, swap)
+                  second py-spy dump of each process (stacks that moved)
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import re
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Dict, List, Optional, Tuple
+
+from hangdoctor import redact
+from hangdoctor.collect import procfs, pyspy
+from hangdoctor.collect.config import ProbeConfig
+
+SCHEMA_VERSION = 1
+TOOL_VERSION = "0.1.0"
+
+# Command lines that mark an inference server (or a distributed job) when no --pid is given.
+SERVER_PATTERNS = [
+    ("vllm", re.compile(r"\bvllm\b|vllm\.entrypoints|VllmWorker|EngineCore")),
+    ("sglang", re.compile(r"\bsglang\b|sglang\.launch_server|sglang::")),
+    ("tgi", re.compile(r"text-generation-launcher|text-generation-server")),
+    ("trtllm", re.compile(r"tensorrt_llm|trtllm-serve|\btrtllm\b")),
+    ("triton", re.compile(r"\btritonserver\b")),
+    ("torchrun", re.compile(r"\btorchrun\b|torch\.distributed\.(run|launch)")),
+    ("lmdeploy", re.compile(r"\blmdeploy\b")),
+    ("hangdoctor-scenario", re.compile(r"hangdoctor\.scenarios\.")),
+]
+_RANK_PATTERNS = [
+    re.compile(r"(?:^|[\s_:-])TP(\d+)\b"),
+    re.compile(r"\brank[=_ ](\d+)\b", re.IGNORECASE),
+]
+_COMPILER_NAMES = re.compile(r"^(nvcc|ptxas|cicc|cudafe\+\+|fatbinary|nvlink|gcc|g\+\+|cc1plus|ld)$")
+_KERNEL_RE = re.compile(
+    r"NVRM: Xid|Xid \(|Out of memory|oom-kill|oom_reaper|invoked oom-killer|"
+    r"AER:|PCIe Bus Error|fallen off the bus|segfault at|blocked for more than|"
+    r"Bus error|NVRM:|nvidia-peermem|GPU has fallen|ECC error",
+    re.IGNORECASE,
+)
+_TORCH_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop", "pt_tcpstore_uv", "pt_nccl_watchdg",
+                  "pt_nccl_heartbt", "pt_autograd")
+
+
+def _now_iso() -> str:
+    return datetime.datetime.utcnow().replace(microsecond=0).isoformat() + "Z"
+
+
+class Manifest:
+    def __init__(self) -> None:
+        self.entries = []  # type: List[Dict[str, Any]]
+        self._lock = threading.Lock()
+
+    def add(self, source: str, status: str, duration_s: float = 0.0, detail: Optional[str] = None,
+            remedy: Optional[str] = None) -> None:
+        with self._lock:
+            self.entries.append({
+                "source": source, "status": status, "duration_s": round(duration_s, 4),
+                "detail": detail, "remedy": remedy,
+            })
+
+
+# ---------------------------------------------------------------- discovery
+
+
+def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
+    """Find inference-server roots: matching processes whose parent does not match too."""
+    matches = {}  # type: Dict[int, Tuple[str, str, int]]
+    for pid in procfs.list_pids(proc):
+        if pid in own_pids:
+            continue
+        argv = procfs.cmdline(pid, proc)
+        if not argv:
+            continue
+        text = " ".join(argv)
+        if "py-spy" in text or "hangdoctor diagnose" in text or "hangdoctor.cli" in text:
+            continue
+        for kind, pat in SERVER_PATTERNS:
+            if pat.search(text):
+                st = procfs.stat(pid, proc)
+                matches[pid] = (kind, text[:300], int(st["ppid"]) if st else 0)
+                break
+    roots = []
+    for pid, (kind, text, ppid) in sorted(matches.items()):
+        # walk up: if any ancestor matches, this is not a root
+        anc, seen = ppid, 0
+        covered = False
+        while anc > 1 and seen < 64:
+            if anc in matches:
+                covered = True
+                break
+            st = procfs.stat(anc, proc)
+            anc = int(st["ppid"]) if st else 0
+            seen += 1
+        if not covered:
+            roots.append({"pid": pid, "kind": kind, "cmdline": redact.redact_text(text)})
+    return roots
+
+
+# ---------------------------------------------------------------- per-process reading
+
+
+def _env_filtered(env: Dict[str, str], prefixes: List[str]) -> Dict[str, str]:
+    out = {}
+    for k, v in env.items():
+        if any(k.startswith(p) for p in prefixes) or redact.is_secret_key(k):
+            out[k] = v
+    return out
+
+
+def _rank_of(argv: List[str], env: Optional[Dict[str, str]], name: str) -> Tuple[Optional[int], Optional[str]]:
+    if env:
+        for key in ("RANK", "LOCAL_RANK", "SGLANG_TP_RANK", "TP_RANK"):
+            v = env.get(key)
+            if v is not None and v.strip().isdigit():
+                return int(v), "env:" + key
+    for i, a in enumerate(argv):
+        for flag in ("--rank", "--local-rank", "--local_rank", "--node-rank", "--tp-rank"):
+            if a == flag and i + 1 < len(argv) and argv[i + 1].isdigit():
+                return int(argv[i + 1]), "cmdline:" + flag
+            if a.startswith(flag + "=") and a.split("=", 1)[1].isdigit():
+                return int(a.split("=", 1)[1]), "cmdline:" + flag
+    text = name + " " + " ".join(argv[:1])
+    for pat in _RANK_PATTERNS:
+        m = pat.search(text)
+        if m:
+            return int(m.group(1)), "name"
+    return None, None
+
+
+def _role_of(pid: int, root: int, argv: List[str], name: str, listen: List[Any], rank: Optional[int],
+             is_torch: bool) -> str:
+    text = " ".join(argv)
+    base = os.path.basename(argv[0]) if argv else name
+    if _COMPILER_NAMES.match(base) or _COMPILER_NAMES.match(name) or "compile_worker" in text \
+            or "triton" in name.lower() and "compile" in text:
+        return "compiler"
+    if "EngineCore" in text or "EngineCore" in name:
+        return "engine"
+    if rank is not None or is_torch or "Worker" in name or "scheduler_TP" in name:
+        if pid != root or rank is not None:
+            return "worker"
+    if listen:
+        return "api-server"
+    if pid == root:
+        return "launcher"
+    return "other"
+
+
+class ProcReader:
+    """Reads one process at the start and at the end of the window."""
+
+    def __init__(self, pid: int, root: int, cfg: ProbeConfig, listen_map: Dict[int, Dict[str, Any]]):
+        self.pid, self.root, self.cfg = pid, root, cfg
+        self.proc = cfg.proc_root
+        self.listen_map = listen_map
+        self.a = None  # type: Optional[Dict[str, Any]]
+        self.threads_a = {}  # type: Dict[int, Dict[str, Any]]
+        self.io_a = None  # type: Optional[Dict[str, int]]
+        self.record = {"pid": pid, "root_pid": root}  # type: Dict[str, Any]
+
+    def start(self) -> None:
+        proc, pid = self.proc, self.pid
+        self.a = procfs.stat(pid, proc)
+        rec = self.record
+        if self.a is None:
+            rec.update({"alive": False, "status": "X", "exit_info": "gone before collection"})
+            return
+        argv = procfs.cmdline(pid, proc)
+        fields = procfs.status_fields(pid, proc)
+        name = str(self.a["comm"])
+        env, env_status = procfs.environ(pid, proc)
+        env_f = _env_filtered(env, self.cfg.env_prefixes) if env else {}
+        listen = []
+        for inode in procfs.socket_inodes(pid, proc):
+            if inode in self.listen_map:
+                listen.append(dict(self.listen_map[inode]))
+        tids = procfs.list_tids(pid, proc)
+        threads = []
+        for tid in tids[:512]:
+            st = procfs.thread_stat(pid, tid, proc)
+            if st is None:
+                continue
+            self.threads_a[tid] = st
+            threads.append({"tid": tid, "name": st["comm"], "status": st["state"],
+                            "wchan": procfs.wchan(pid, tid, proc)})
+        is_torch = any(any(t["name"].startswith(p[:15]) for p in _TORCH_THREADS) for t in threads)
+        rank, rank_source = _rank_of(argv, env, name)
+        exe_path = procfs.exe(pid, proc)
+        maps_head = None
+        if not pyspy.is_python_process(exe_path, argv, None):
+            maps_head = procfs.read_bytes("%s/%d/maps" % (proc, pid), 1 << 18)
+        boot = procfs.boot_time(proc) or 0.0
+        rec.update({
+            "ppid": self.a["ppid"],
+            "name": name,
+            "exe": exe_path,
+            "cmdline": argv,
+            "status": self.a["state"],
+            "wchan": procfs.wchan(pid, None, proc),
+            "alive": self.a["state"] not in ("Z", "X"),
+            "zombie": self.a["state"] == "Z",
+            "create_time": round(boot + int(self.a["starttime"]) / procfs.CLK_TCK, 2),
+            "num_threads": self.a["num_threads"],
+            "threads": threads,
+            "rss_bytes": procfs.kib_field(fields, "VmRSS") or int(self.a["rss_pages"]) * procfs.PAGE_SIZE,
+            "vms_bytes": int(self.a["vsize"]),
+            "swap_bytes": procfs.kib_field(fields, "VmSwap") or 0,
+            "uid": int(fields.get("Uid", "0").split()[0]) if fields.get("Uid") else None,
+            "listen": listen,
+            "env": env_f,
+            "env_status": env_status,
+            "rank": rank,
+            "rank_source": rank_source,
+            "is_python": pyspy.is_python_process(exe_path, argv, maps_head),
+            "is_torch_distributed": is_torch,
+        })
+        rec["role"] = _role_of(pid, self.root, argv, name, listen, rank, is_torch)
+        self.io_a = procfs.io_counters(pid, proc)
+        # stdout/stderr of the root: the server log when --log was not given
+        rec["_log_candidates"] = [t for fd, t in procfs.fd_targets(pid, proc) if fd in (1, 2)
+                                  and t.startswith("/") and not t.startswith("/dev/")]
+
+    def finish(self, window_s: float) -> None:
+        rec, proc, pid = self.record, self.proc, self.pid
+        if self.a is None:
+            return
+        b = procfs.stat(pid, proc)
+        if b is None:
+            rec.update({"alive": False, "status_end": "X", "exit_info": "exited during the window"})
+            return
+        cpu_a = (int(self.a["utime"]) + int(self.a["stime"])) / procfs.CLK_TCK
+        cpu_b = (int(b["utime"]) + int(b["stime"])) / procfs.CLK_TCK
+        rec["cpu_time_s"] = round(cpu_b, 3)
+        rec["cpu_delta_s"] = round(max(0.0, cpu_b - cpu_a), 3)
+        rec["cpu_pct"] = round(100.0 * rec["cpu_delta_s"] / window_s, 1) if window_s > 0 else None
+        rec["status_end"] = b["state"]
+        rec["zombie"] = b["state"] == "Z"
+        rec["alive"] = b["state"] not in ("Z", "X")
+        for t in rec.get("threads", []):
+            ta = self.threads_a.get(t["tid"])
+            tb = procfs.thread_stat(pid, t["tid"], proc)
+            if ta is None or tb is None:
+                t["cpu_delta_s"] = None
+                continue
+            t["cpu_delta_s"] = round(
+                (int(tb["utime"]) + int(tb["stime"]) - int(ta["utime"]) - int(ta["stime"]))
+                / procfs.CLK_TCK, 3)
+            t["status_end"] = tb["state"]
+        io_b = procfs.io_counters(pid, proc)
+        if self.io_a and io_b:
+            rec["read_bytes_delta"] = max(0, io_b.get("read_bytes", 0) - self.io_a.get("read_bytes", 0))
+            rec["write_bytes_delta"] = max(0, io_b.get("write_bytes", 0) - self.io_a.get("write_bytes", 0))
+            rec["rchar_delta"] = max(0, io_b.get("rchar", 0) - self.io_a.get("rchar", 0))
+
+
+# ---------------------------------------------------------------- other sources
+
+
+def _http_probe(port: int, ip: str, timeout_s: float) -> Dict[str, Any]:
+    host = "127.0.0.1" if ip in ("0.0.0.0", "::", "127.0.0.1") else ip
+    if ip == "::":
+        host = "127.0.0.1"
+    result = {"port": port, "url": None, "ok": False, "code": None, "latency_s": None,
+              "error": None, "body": None}  # type: Dict[str, Any]
+    for path in ("/health", "/v1/models", "/"):
+        url = "http://%s:%d%s" % (host if ":" not in host else "[%s]" % host, port, path)
+        result["url"] = url
+        t0 = time.monotonic()
+        try:
+            sock = socket.create_connection((host, port), timeout=timeout_s)
+        except OSError as exc:
+            result["error"] = "connect failed: %s" % exc
+            result["latency_s"] = round(time.monotonic() - t0, 4)
+            return result
+        try:
+            sock.settimeout(timeout_s)
+            req = "GET %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: hangdoctor\r\n\r\n" % (path, host)
+            sock.sendall(req.encode())
+            data = b""
+            while len(data) < 4096:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+                if b"\r\n\r\n" in data and len(data) > 512:
+                    break
+        except socket.timeout:
+            result["error"] = "no answer within %.1f s" % timeout_s
+            result["latency_s"] = round(time.monotonic() - t0, 4)
+            return result
+        except OSError as exc:
+            result["error"] = "request failed: %s" % exc
+            result["latency_s"] = round(time.monotonic() - t0, 4)
+            return result
+        finally:
+            sock.close()
+        result["latency_s"] = round(time.monotonic() - t0, 4)
+        head, _, body = data.partition(b"\r\n\r\n")
+        first = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")
+        m = re.match(r"HTTP/\d(?:\.\d)?\s+(\d{3})", first)
+        if not m:
+            result["error"] = "not an HTTP answer: %r" % first[:60]
+            return result
+        result["code"] = int(m.group(1))
+        result["body"] = body[:200].decode("utf-8", "replace")
+        result["error"] = None
+        if result["code"] == 404 and path != "/":
+            continue
+        result["ok"] = 200 <= result["code"] < 300
+        return result
+    return result
+
+
+def _kernel_log(timeout_s: float) -> Tuple[Optional[List[str]], str, Optional[str], Optional[str]]:
+    """(relevant lines, status, detail, remedy) from dmesg."""
+    try:
+        out = subprocess.run(["dmesg", "-T"], capture_output=True, timeout=timeout_s,
+                             stdin=subprocess.DEVNULL)
+        if out.returncode != 0:
+            out = subprocess.run(["dmesg"], capture_output=True, timeout=timeout_s,
+                                 stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        return None, "unavailable", "dmesg not found", None
+    except subprocess.TimeoutExpired:
+        return None, "timeout", "dmesg did not answer within %.1f s" % timeout_s, None
+    except OSError as exc:
+        return None, "failed", str(exc), None
+    if out.returncode != 0:
+        err = out.stderr.decode("utf-8", "replace").strip().splitlines()
+        msg = err[0] if err else "dmesg exited %d" % out.returncode
+        if "ermission" in msg or "not permitted" in msg:
+            return None, "denied", msg, ("run as root, or allow it once with "
+                                         "`sudo sysctl kernel.dmesg_restrict=0`")
+        return None, "failed", msg, None
+    lines = out.stdout.decode("utf-8", "replace").splitlines()
+    keep = [ln for ln in lines if _KERNEL_RE.search(ln)]
+    return keep[-300:], "ok", "%d of %d lines relevant" % (len(keep), len(lines)), None
+
+
+def _read_tail(path: str, max_bytes: int = 256 * 1024, max_lines: int = 400) -> List[str]:
+    with open(path, "rb") as f:
+        f.seek(0, 2)
+        size = f.tell()
+        f.seek(max(0, size - max_bytes))
+        data = f.read(max_bytes)
+    text = data.decode("utf-8", "replace").replace("\x00", "")
+    lines = text.splitlines()
+    if size > max_bytes and lines:
+        lines = lines[1:]  # first line is cut
+    return lines[-max_lines:]
+
+
+# ---------------------------------------------------------------- the probe
+
+
+def collect(cfg: ProbeConfig) -> Dict[str, Any]:
+    t_start = time.monotonic()
+    hard_deadline = t_start + max(1.0, cfg.deadline_s)
+    window_s = max(0.0, min(cfg.window_s, cfg.deadline_s * 0.6))
+    man = Manifest()
+    proc = cfg.proc_root
+    snap = {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "hangdoctor", "version": TOOL_VERSION},
+        "origin": "live",
+        "redacted": bool(cfg.redact),
+        "collected_at": _now_iso(),
+        "window_s": window_s,
+        "notes": [],
+    }  # type: Dict[str, Any]
+    snap["host"] = _host_info(cfg)
+
+    # targets
+    t0 = time.monotonic()
+    own = [os.getpid(), os.getppid()]
+    roots = list(cfg.root_pids)
+    discovered = not roots
+    discovery = []  # type: List[Dict[str, Any]]
+    if discovered:
+        discovery = discover(proc, own)
+        roots = [d["pid"] for d in discovery]
+        man.add("discovery", "ok", time.monotonic() - t0,
+                "%d inference-server process tree(s) found" % len(roots) if roots
+                else "no inference-server processes found on this host")
+    snap["targets"] = {"root_pids": roots, "discovered": discovered, "discovery": discovery}
+
+    # process tree + sample A
+    t0 = time.monotonic()
+    kids = procfs.children_map(proc)
+    listen_map = procfs.listening_sockets(proc)
+    readers = []  # type: List[ProcReader]
+    seen = set()
+    for root in roots:
+        if procfs.stat(root, proc) is None:
+            readers.append(ProcReader(root, root, cfg, listen_map))
+            seen.add(root)
+            continue
+        for pid in procfs.descendants(root, kids):
+            if pid in seen or pid in own:
+                continue
+            seen.add(pid)
+            readers.append(ProcReader(pid, root, cfg, listen_map))
+    for r in readers:
+        try:
+            r.start()
+        except Exception as exc:  # a process that changed mid-read must not stop the probe
+            r.record.update({"alive": False, "exit_info": "unreadable: %s" % exc})
+    mem_a, vm_a = procfs.meminfo(proc), procfs.vmstat(proc)
+    proc_backend = "proc"
+    try:
+        import psutil  # noqa: F401  (only recorded: /proc is read directly, it is faster)
+        proc_backend = "proc (psutil present)"
+    except Exception:
+        pass
+    denied_env = [r.pid for r in readers if r.record.get("env_status") == "denied"]
+    man.add("processes", "ok" if readers or not roots else "failed", time.monotonic() - t0,
+            "%d processes in %d tree(s); backend %s" % (len(readers), len(roots), proc_backend))
+    if denied_env:
+        man.add("environ", "denied", 0.0,
+                "/proc/PID/environ unreadable for %d process(es): %s" % (
+                    len(denied_env), ", ".join(map(str, denied_env[:8]))),
+                "run hangdoctor as root or as the server's user")
+
+    # log file: --log, or the root's stdout/stderr when that is a regular file
+    log_path = cfg.log_path
+    if not log_path:
+        for r in readers:
+            for cand in r.record.get("_log_candidates", []):
+                if os.path.isfile(cand):
+                    log_path = cand
+                    break
+            if log_path:
+                break
+    for r in readers:
+        r.record.pop("_log_candidates", None)
+    log_a = _log_start(log_path, man, given=bool(cfg.log_path))
+
+    # background sources, all overlapping the window
+    pool = ThreadPoolExecutor(max_workers=max(4, min(cfg.max_dump_concurrency, 32)))
+    futures = {}  # type: Dict[str, Any]
+    pyspy_bin = pyspy.find_pyspy(cfg.pyspy_path)
+    py_targets = [r for r in readers if r.record.get("is_python") and r.record.get("alive")]
+    dump_timeout = max(1.0, min(10.0, (hard_deadline - time.monotonic()) * 0.4))
+    if pyspy_bin is None and py_targets:
+        man.add("stacks", "unavailable", 0.0, "py-spy not found on this host",
+                "pip install py-spy (or let hangdoctor upload it over SSH)")
+    elif pyspy_bin:
+        for r in py_targets:
+            futures["dumpA:%d" % r.pid] = pool.submit(
+                pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(r.record.get("status")),
+                native=cfg.native, with_locals=cfg.locals, sudo=cfg.sudo)
+    ports = {}  # type: Dict[int, str]
+    for r in readers:
+        for s in r.record.get("listen", []):
+            ports.setdefault(int(s["port"]), str(s["ip"]))
+    for p in cfg.ports:
+        ports.setdefault(int(p), "127.0.0.1")
+    http_timeout = max(1.0, min(5.0, window_s if window_s > 0 else 2.0))
+    for port, ip in sorted(ports.items())[:16]:
+        futures["http:%d" % port] = pool.submit(_http_probe, port, ip, http_timeout)
+    if cfg.kernel_log:
+        futures["kernel"] = pool.submit(_kernel_log, 3.0)
+    sampler = None
+    sampler_thread = None
+    if cfg.nvml:
+        try:
+            from hangdoctor.collect import nvml as nvml_mod
+            sampler = nvml_mod.GpuSampler(window_s=max(window_s, 0.5))
+            sampler_thread = threading.Thread(target=sampler.run, name="hd-nvml", daemon=True)
+            sampler_thread.start()
+        except Exception as exc:
+            man.add("nvml", "failed", 0.0, "NVML sampler could not start: %s" % exc)
+            sampler = None
+
+    # the window
+    time.sleep(max(0.0, min(window_s - (time.monotonic() - t_start), hard_deadline - time.monotonic())))
+    t_window_end = time.monotonic()
+    actual_window = max(0.001, t_window_end - t_start)
+    snap["window_s"] = round(actual_window, 3)
+    for r in readers:
+        try:
+            r.finish(actual_window)
+        except Exception as exc:
+            r.record.setdefault("exit_info", "unreadable at window end: %s" % exc)
+    mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
+    _log_finish(snap, log_a, log_path, man)
+
+    # second dump of each process, at the end of the window: did the stacks move?
+    if pyspy_bin:
+        for r in py_targets:
+            if r.record.get("alive"):
+                futures["dumpB:%d" % r.pid] = pool.submit(
+                    pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout,
+                    str(r.record.get("status_end") or r.record.get("status")),
+                    native=False, with_locals=False, sudo=cfg.sudo)
+
+    # gather, within the deadline
+    results = {}  # type: Dict[str, Any]
+    for key, fut in futures.items():
+        remaining = hard_deadline - time.monotonic()
+        try:
+            results[key] = fut.result(timeout=max(0.0, remaining))
+        except Exception as exc:  # timeout or crash of one source
+            results[key] = exc
+    pool.shutdown(wait=False)
+
+    # stacks
+    stacks = {}  # type: Dict[str, Any]
+    ok_dumps, failed = 0, []
+    for r in py_targets:
+        a = results.get("dumpA:%d" % r.pid)
+        b = results.get("dumpB:%d" % r.pid)
+        if not isinstance(a, dict):
+            a = {"status": "timeout", "error": "py-spy dump not finished by the deadline"}
+        if isinstance(b, dict):
+            a = pyspy.merge_samples(a, b, round(t_window_end - t_start, 3))
+        stacks[str(r.pid)] = a
+        if a.get("status") == "ok":
+            ok_dumps += 1
+        else:
+            failed.append((r.pid, a.get("status"), a.get("error"), a.get("remedy")))
+    if pyspy_bin and py_targets:
+        worst = None
+        for pid, status, err, remedy in failed:
+            man.add("stacks:%d" % pid, str(status), 0.0, err, remedy)
+            if status == "denied":
+                worst = remedy
+        status = "ok" if not failed else ("partial" if ok_dumps else
+                                          ("denied" if worst else "failed"))
+        durs = [float(v.get("duration_s") or 0) for v in stacks.values()]
+        man.add("stacks", status, max(durs) if durs else 0.0,
+                "%d of %d Python processes dumped with %s" % (ok_dumps, len(py_targets), pyspy_bin),
+                worst)
+    snap["stacks"] = stacks
+
+    # http
+    http = []
+    for port in sorted(ports):
+        res = results.get("http:%d" % port)
+        if isinstance(res, dict):
+            http.append(res)
+        else:
+            http.append({"port": port, "ok": False, "error": "probe did not finish by the deadline"})
+    if ports:
+        man.add("http", "ok", 0.0, "%d port(s) probed, %d answered" % (
+            len(http), sum(1 for h in http if h.get("ok"))))
+    else:
+        man.add("http", "ok", 0.0, "no listening TCP port in the process tree")
+    snap["http"] = http
+
+    # kernel log
+    if cfg.kernel_log:
+        res = results.get("kernel")
+        if isinstance(res, tuple):
+            lines, status, detail, remedy = res
+            man.add("kernel_log", status, 0.0, detail, remedy)
+            if lines is not None:
+                snap["kernel_log"] = {"lines": lines}
+        else:
+            man.add("kernel_log", "timeout", 0.0, "dmesg did not finish by the deadline")
+
+    # GPUs
+    if sampler is not None:
+        if sampler_thread is not None:
+            sampler_thread.join(timeout=max(0.0, min(2.0, hard_deadline - time.monotonic())))
+        try:
+            gpus, entry = sampler.result()
+        except Exception as exc:
+            gpus, entry = None, {"source": "nvml", "status": "failed", "detail": str(exc)}
+        if gpus is not None:
+            snap["gpus"] = gpus
+        man.add(entry.get("source", "nvml"), entry.get("status", "failed"),
+                float(entry.get("duration_s") or 0.0), entry.get("detail"), entry.get("remedy"))
+    elif not cfg.nvml:
+        man.add("nvml", "unavailable", 0.0, "disabled (--no-gpu)")
+
+    # host memory, swap, /dev/shm
+    snap["host_memory"] = {
+        "mem_total_bytes": mem_a.get("MemTotal"),
+        "mem_available_bytes": mem_b.get("MemAvailable", mem_a.get("MemAvailable")),
+        "swap_total_bytes": mem_b.get("SwapTotal"),
+        "swap_free_bytes": mem_b.get("SwapFree"),
+        "swap_in_pages_delta": vm_b.get("pswpin", 0) - vm_a.get("pswpin", 0),
+        "swap_out_pages_delta": vm_b.get("pswpout", 0) - vm_a.get("pswpout", 0),
+        "oom_kill_delta": vm_b.get("oom_kill", 0) - vm_a.get("oom_kill", 0),
+        "oom_kill_total": vm_b.get("oom_kill"),
+    }
+    man.add("host_memory", "ok" if mem_a else "unavailable", 0.0)
+    try:
+        st = os.statvfs(cfg.shm_path)
+        total = st.f_blocks * st.f_frsize
+        free = st.f_bavail * st.f_frsize
+        snap["shm"] = {"path": cfg.shm_path, "total_bytes": total, "free_bytes": free,
+                       "used_bytes": total - st.f_bfree * st.f_frsize}
+        man.add("shm", "ok", 0.0)
+    except OSError as exc:
+        man.add("shm", "unavailable", 0.0, "%s: %s" % (cfg.shm_path, exc))
+
+    snap["processes"] = [r.record for r in readers]
+    snap["manifest"] = man.entries
+    snap["probe_duration_s"] = round(time.monotonic() - t_start, 3)
+    if cfg.redact:
+        _redact_snapshot(snap)
+    return snap
+
+
+def _host_info(cfg: ProbeConfig) -> Dict[str, Any]:
+    ptrace_scope = procfs.read_text("/proc/sys/kernel/yama/ptrace_scope", 16)
+    cap_eff = procfs.status_fields(os.getpid()).get("CapEff")
+    has_ptrace = None
+    if cap_eff:
+        try:
+            has_ptrace = bool(int(cap_eff, 16) & (1 << 19))
+        except ValueError:
+            pass
+    return {
+        "name": cfg.host_name,
+        "hostname": socket.gethostname(),
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "arch": platform.machine(),
+        "boot_time": procfs.boot_time(cfg.proc_root),
+        "ptrace_scope": int(ptrace_scope.strip()) if ptrace_scope and ptrace_scope.strip().isdigit() else None,
+        "euid": os.geteuid(),
+        "has_cap_sys_ptrace": has_ptrace,
+    }
+
+
+def _log_start(path: Optional[str], man: Manifest, given: bool) -> Optional[Dict[str, Any]]:
+    if not path:
+        man.add("log", "not-given", 0.0, "no server log given and none found on the server's stdout",
+                "pass --log FILE")
+        return None
+    try:
+        st = os.stat(path)
+    except OSError as exc:
+        man.add("log", "failed", 0.0, "%s: %s" % (path, exc.strerror or exc),
+                "check the path given to --log")
+        return None
+    import stat as stat_mod
+    if not stat_mod.S_ISREG(st.st_mode):
+        # a FIFO or a device would block a read: never open it
+        man.add("log", "failed", 0.0, "%s is not a regular file; not read" % path)
+        return None
+    return {"size": st.st_size, "mtime": st.st_mtime, "given": given}
+
+
+def _log_finish(snap: Dict[str, Any], log_a: Optional[Dict[str, Any]], path: Optional[str],
+                man: Manifest) -> None:
+    if log_a is None or not path:
+        return
+    t0 = time.monotonic()
+    try:
+        st = os.stat(path)
+        tail = _read_tail(path)
+    except OSError as exc:
+        man.add("log", "failed", time.monotonic() - t0, "%s: %s" % (path, exc))
+        return
+    snap["log"] = {
+        "path": path,
+        "size_start": log_a["size"],
+        "size_end": st.st_size,
+        "grew_bytes": max(0, st.st_size - log_a["size"]),
+        "mtime": st.st_mtime,
+        "age_s": round(max(0.0, time.time() - st.st_mtime), 2),
+        "tail": tail,
+        "auto_detected": not log_a.get("given"),
+    }
+    man.add("log", "ok", time.monotonic() - t0, "%s, %d lines kept%s" % (
+        path, len(tail), "" if log_a.get("given") else " (found on the server's stdout)"))
+
+
+def _redact_locals(frames: List[Dict[str, Any]]) -> None:
+    for f in frames:
+        loc = f.get("locals")
+        if not loc:
+            continue
+        for item in loc:
+            if not isinstance(item, dict):
+                continue
+            name = str(item.get("name") or "")
+            if redact.is_secret_key(name):
+                item["repr"] = redact.MASK
+            elif isinstance(item.get("repr"), str):
+                item["repr"] = redact.redact_text(item["repr"])
+
+
+def _redact_snapshot(snap: Dict[str, Any]) -> None:
+    for p in snap.get("processes", []):
+        if p.get("cmdline"):
+            p["cmdline"] = redact.redact_argv(p["cmdline"])
+        if p.get("env"):
+            p["env"] = redact.redact_env(p["env"])
+        for key in ("name", "exe"):
+            if isinstance(p.get(key), str):
+                p[key] = redact.redact_text(p[key])
+        for t in p.get("threads", []):
+            if isinstance(t.get("name"), str):
+                t["name"] = redact.redact_text(t["name"])
+    for entry in snap.get("stacks", {}).values():
+        for s in entry.get("samples", []):
+            for t in s.get("threads", []):
+                if isinstance(t.get("name"), str):
+                    t["name"] = redact.redact_text(t["name"])
+                _redact_locals(t.get("frames", []))
+        if isinstance(entry.get("error"), str):
+            entry["error"] = redact.redact_text(entry["error"])
+    if "log" in snap:
+        snap["log"]["tail"] = [redact.redact_text(x) for x in snap["log"]["tail"]]
+    if "kernel_log" in snap:
+        snap["kernel_log"]["lines"] = [redact.redact_text(x) for x in snap["kernel_log"]["lines"]]
+    for h in snap.get("http", []):
+        if isinstance(h.get("body"), str):
+            h["body"] = redact.redact_text(h["body"])
+    for d in snap.get("targets", {}).get("discovery", []):
+        d["cmdline"] = redact.redact_text(d.get("cmdline") or "")
+
+
+def main_json(config_json: str) -> None:
+    """Entry point of the shipped probe: collect and print one JSON document on stdout."""
+    try:
+        cfg = ProbeConfig.from_dict(json.loads(config_json))
+        snap = collect(cfg)
+    except Exception as exc:  # the caller gets a reason, never a traceback on stdout
+        snap = {"schema_version": SCHEMA_VERSION, "origin": "live", "probe_error": repr(exc),
+                "manifest": [{"source": "probe", "status": "failed", "detail": repr(exc)}]}
+    out = json.dumps(snap, separators=(",", ":"), default=str)
+    sys.stdout.write(out + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main_json(sys.argv[1] if len(sys.argv) > 1 else "{}")

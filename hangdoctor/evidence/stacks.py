@@ -1,0 +1,256 @@
+"""Stacks as typed views: threads, frames, what each thread waits on, and signatures.
+
+Frames are innermost first (py-spy order). ``wait_kind`` names what a thread is doing:
+
+========================  =========================================================
+``collective:<op>``       inside a torch.distributed collective (all_reduce, barrier, ...)
+``cuda-sync``             host thread parked in a CUDA synchronize (NCCL waits look like this)
+``nccl-init``             NCCL communicator init (native frames ncclCommInitRank and friends)
+``rendezvous``            process-group init / c10d store / store-based barrier
+``ipc-wait``              pipe, queue, zmq, socket recv, Event/Condition wait
+``lock``                  file lock, torch extension build baton
+``io``                    reading weights or files
+``compile``               torch.compile / inductor / Triton / JIT build
+``graph-capture``         CUDA graph capture / warm-up
+``serving-idle``          an event loop or server waiting for connections (normal when idle)
+``running``               active on the CPU in other code
+``unknown``               parked somewhere not recognised
+========================  =========================================================
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+COLLECTIVE_OPS = frozenset(
+    {
+        "all_reduce", "all_reduce_coalesced", "broadcast", "all_gather",
+        "all_gather_into_tensor", "_all_gather_base", "reduce_scatter", "reduce_scatter_tensor",
+        "_reduce_scatter_base", "barrier", "monitored_barrier", "all_to_all", "all_to_all_single",
+        "send", "recv", "isend", "irecv", "gather", "scatter", "reduce", "broadcast_object_list",
+        "all_gather_object", "gather_object", "scatter_object_list", "batch_isend_irecv",
+        "send_object_list", "recv_object_list",
+    }
+)
+_C10D_FILES = ("distributed_c10d.py", "torch/distributed/_functional_collectives.py",
+               "device_communicators/", "parallel_state.py", "communication_op.py")
+_RENDEZVOUS_NAMES = re.compile(
+    r"^(init_process_group|_new_process_group_helper|_create_c10d_store|_store_based_barrier|"
+    r"_rendezvous_helper|_tcp_rendezvous_handler|_env_rendezvous_handler|_file_rendezvous_handler|"
+    r"rendezvous|next_rendezvous|_barrier_nonblocking|init_distributed_environment|"
+    r"_init_process_group|TCPStore|get_store)$"
+)
+_NCCL_INIT_NATIVE = re.compile(r"ncclCommInit|ncclCommSplit|bootstrap(Init|AllGather|Recv|Send)|ncclTransportP2pSetup|ncclProxyConnect")
+_SYNC_NATIVE = re.compile(r"cuCtxSynchronize|cudaDeviceSynchronize|cudaStreamSynchronize|cuStreamSynchronize|cudaEventSynchronize|cuEventSynchronize")
+_IPC = [
+    (re.compile(r"^(_recv|_recv_bytes|recv|recv_bytes|_poll|poll|wait)$"), "multiprocessing/connection.py"),
+    (re.compile(r"^(get|_get|put)$"), "queue"),
+    (re.compile(r"^(recv|recv_multipart|recv_pyobj|recv_json|recv_string|poll|_wait)$"), "zmq/"),
+    (re.compile(r"^(wait|_wait_for_tstate_lock|join)$"), "threading.py"),
+    (re.compile(r"^(recv|recv_into|recvfrom|readinto|accept)$"), "socket.py"),
+    (re.compile(r"^(wait|_wait|wait_for)$"), "multiprocessing/synchronize.py"),
+    (re.compile(r"^(read|readline|_read_status|wait|_wait|_try_wait|communicate|poll)$"), "subprocess.py"),
+    (re.compile(r"^(acquire_read|dequeue|wait_until_ready|acquire)$"), "shm_broadcast.py"),
+    (re.compile(r"^(join|wait|poll|_wait)$"), "multiprocessing/popen_"),
+    (re.compile(r"^(get|wait)$"), "ray/"),
+]
+_SERVING = [
+    (re.compile(r"^(select|poll|_run_once|run_forever|serve_forever|accept|_accept)$"),
+     ("selectors.py", "asyncio/", "socketserver.py", "uvloop", "uvicorn", "socket.py")),
+]
+_LOCK = re.compile(r"filelock|fcntl|file_baton|baton|portalocker|lockfile")
+_LOCK_NAMES = re.compile(r"^(acquire|_acquire|flock|lockf|wait|_poll|__enter__)$")
+_IO_NAMES = re.compile(r"^(safe_open|load_file|safe_load_file|load|_load|read|readinto|pread|_read_file|get_tensor|get_slice|mmap|copy_)$")
+_IO_FILES = ("safetensors", "serialization.py", "weight_utils.py", "model_loader", "_io", "io.py", "hf_hub", "huggingface_hub")
+_COMPILE_FILES = ("torch/_inductor/", "torch/_dynamo/", "triton/compiler", "triton/runtime/",
+                  "torch/utils/cpp_extension.py", "deep_gemm", "torch/_functorch/", "tilelang",
+                  "flashinfer/jit", "compilation/")
+_GRAPH_CAPTURE = re.compile(r"capture|CUDAGraph|cuda_graph|graph_capture|capture_model|_capture_graph")
+_GRAPH_FILES = ("torch/cuda/graphs.py", "cuda_graph", "graph_runner", "cudagraph")
+_SYNC_PY = re.compile(r"^(synchronize|item|cpu|tolist|to|__bool__|__int__|__float__|wait|nonzero|_local_scalar_dense)$")
+
+
+@dataclass
+class Frame:
+    name: str
+    file: str
+    line: int | None
+    native: bool = False
+
+    @property
+    def bare(self) -> str:
+        """The function name without its class (py-spy 0.4 prints ``Connection._recv``)."""
+        return self.name.rsplit(".", 1)[-1]
+
+    @property
+    def short(self) -> str:
+        where = self.file + (f":{self.line}" if self.line else "")
+        return f"{self.name} ({where})"
+
+
+@dataclass
+class ThreadStack:
+    tid: int | None
+    name: str
+    active: bool
+    frames: list[Frame]
+    wait_kind: str = "unknown"
+    detail: str = ""  # the frame that decided wait_kind
+
+    @property
+    def signature(self) -> str:
+        return frames_signature(self.frames)
+
+    @property
+    def top(self) -> Frame | None:
+        for f in self.frames:
+            if not f.native:
+                return f
+        return self.frames[0] if self.frames else None
+
+
+@dataclass
+class ProcStack:
+    pid: int
+    status: str
+    error: str | None
+    samples: list[list[ThreadStack]] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok" and bool(self.samples)
+
+    @property
+    def threads(self) -> list[ThreadStack]:
+        return self.samples[0] if self.samples else []
+
+    @property
+    def main(self) -> ThreadStack | None:
+        return pick_main(self.threads, self.pid)
+
+    @property
+    def moved(self) -> bool | None:
+        """True when any thread's stack changed between the first and last sample."""
+        if len(self.samples) < 2:
+            return None
+        first = {t.tid: t.signature for t in self.samples[0]}
+        last = {t.tid: t.signature for t in self.samples[-1]}
+        for tid, sig in last.items():
+            if tid in first and first[tid] != sig:
+                return True
+        return False
+
+    def thread_names(self) -> list[str]:
+        return [t.name for t in self.threads]
+
+
+def frames_signature(frames: list[Frame]) -> str:
+    key = "|".join(f"{f.name}@{f.file}:{f.line}" for f in frames if not f.native)
+    return hashlib.sha1(key.encode("utf-8", "replace")).hexdigest()[:8]
+
+
+def pick_main(threads: list[ThreadStack], pid: int) -> ThreadStack | None:
+    if not threads:
+        return None
+    for t in threads:
+        if t.name == "MainThread":
+            return t
+    for t in threads:
+        if t.tid == pid:
+            return t
+    # the thread with the deepest Python stack is the one doing the work
+    return max(threads, key=lambda t: sum(1 for f in t.frames if not f.native))
+
+
+def _in(file: str, parts: Any) -> bool:
+    if isinstance(parts, str):
+        parts = (parts,)
+    return any(p in file for p in parts)
+
+
+def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
+    """Return (wait_kind, deciding frame text) for a thread's frames (innermost first)."""
+    if not frames:
+        return ("running" if active else "unknown"), ""
+    # Whole-stack phases first: they explain whatever the innermost frame is.
+    for f in frames:
+        if f.native and _NCCL_INIT_NATIVE.search(f.name):
+            return "nccl-init", f.short
+    for f in frames:
+        if not f.native and (_RENDEZVOUS_NAMES.match(f.bare) and
+                             _in(f.file, ("torch/distributed", "distributed_c10d", "rendezvous", "parallel_state", "elastic"))):
+            return "rendezvous", f.short
+    for f in frames:
+        if not f.native and _in(f.file, _GRAPH_FILES) and _GRAPH_CAPTURE.search(f.bare):
+            return "graph-capture", f.short
+        if not f.native and f.bare in ("capture_model", "capture", "warmup_model") and "graph" in f.file.lower():
+            return "graph-capture", f.short
+    for f in frames:
+        if not f.native and _in(f.file, _COMPILE_FILES):
+            return "compile", f.short
+    # Innermost decides the rest.
+    for f in frames:
+        if f.native:
+            if _SYNC_NATIVE.search(f.name):
+                return "cuda-sync", f.short
+            continue
+        if f.bare in COLLECTIVE_OPS and _in(f.file, _C10D_FILES):
+            return "collective:" + f.bare, f.short
+        if f.bare in ("wait",) and "distributed_c10d" in f.file:
+            return "collective:wait", f.short
+        if f.bare == "synchronize" and _in(f.file, ("torch/cuda", "cuda/__init__")):
+            return "cuda-sync", f.short
+        if _LOCK.search(f.file) and _LOCK_NAMES.match(f.bare):
+            return "lock", f.short
+        for pat, where in _IPC:
+            if pat.match(f.bare) and where in f.file:
+                # a subprocess wait under a compile is a compile (caught above); else IPC
+                return "ipc-wait", f.short
+        for pat, wheres in _SERVING:
+            if pat.match(f.bare) and _in(f.file, wheres):
+                return "serving-idle", f.short
+        if _IO_NAMES.match(f.bare) and _in(f.file, _IO_FILES):
+            return "io", f.short
+        if f.bare == "sleep" or f.bare == "select" and "select" in f.file:
+            return "ipc-wait", f.short
+        break
+    # a collective further out (e.g. .item() after an all_reduce is inside a helper)
+    for f in frames:
+        if not f.native and f.bare in COLLECTIVE_OPS and _in(f.file, _C10D_FILES):
+            return "collective:" + f.bare, f.short
+    inner = next((f for f in frames if not f.native), frames[0])
+    if inner.bare in ("item", "cpu", "tolist") and "torch" in inner.file or _SYNC_PY.match(inner.bare) and "torch" in inner.file:
+        return "cuda-sync", inner.short
+    return ("running" if active else "unknown"), inner.short
+
+
+def build_proc_stack(pid: int, entry: dict[str, Any]) -> ProcStack:
+    ps = ProcStack(pid=pid, status=str(entry.get("status") or "failed"), error=entry.get("error"))
+    for sample in entry.get("samples") or []:
+        threads = []
+        for t in sample.get("threads") or []:
+            frames = []
+            for f in t.get("frames") or []:
+                if not isinstance(f, dict):
+                    continue
+                file = str(f.get("short_filename") or f.get("filename") or "")
+                line = f.get("line")
+                frames.append(Frame(
+                    name=str(f.get("name") or "?"),
+                    file=file,
+                    line=line if isinstance(line, int) else None,
+                    native=bool(f.get("native")) or (bool(file) and not file.endswith(".py") and ".py" not in file),
+                ))
+            ts = ThreadStack(
+                tid=t.get("os_thread_id") or t.get("thread_id"),
+                name=str(t.get("name") or t.get("thread_name") or ""),
+                active=bool(t.get("active")),
+                frames=frames,
+            )
+            ts.wait_kind, ts.detail = classify(frames, ts.active)
+            threads.append(ts)
+        ps.samples.append(threads)
+    return ps

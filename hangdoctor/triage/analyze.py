@@ -1,0 +1,422 @@
+"""Triage: from check results to ranked causes and an overall verdict (report/MODEL.md).
+
+Scoring: each cause's signals combine like independent pieces of evidence. The support is
+``1 - prod(1 - w)`` over signals for it, then each signal against it multiplies by ``1 - |w|``.
+So two moderate signals beat one, and a strong counter-signal (the port answers) sinks a
+cause whatever spoke for it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import hashlib
+from collections import defaultdict
+from typing import Any
+
+from hangdoctor import __version__
+from hangdoctor.checkapi.api import CLEARED, ERRORED, FIRED, SKIPPED, Check
+from hangdoctor.checkapi.registry import all_checks
+from hangdoctor.checkapi.runner import Outcome, run_checks
+from hangdoctor.evidence.model import MIB, Evidence
+from hangdoctor.triage.causes import CAUSES, title
+
+MIN_SCORE = 0.05
+
+
+def score_causes(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
+    acc: dict[str, dict[str, Any]] = defaultdict(lambda: {"for": [], "against": [], "odd": []})
+    for o in outcomes:
+        if o.result.verdict not in (FIRED, CLEARED):
+            continue
+        for s in o.result.signals:
+            if s.cause is None:
+                continue
+            item = {"text": s.text, "check": o.check.id, "weight": round(abs(s.weight), 3), "refs": s.refs}
+            if s.weight > 0:
+                acc[s.cause]["for"].append(item)
+                acc[s.cause]["odd"].extend(s.odd)
+            elif s.weight < 0:
+                acc[s.cause]["against"].append(item)
+    out = {}
+    for cause, a in acc.items():
+        support = 1.0
+        for item in a["for"]:
+            support *= 1.0 - min(0.99, item["weight"])
+        score = 1.0 - support
+        for item in a["against"]:
+            score *= 1.0 - min(0.99, item["weight"])
+        a["score"] = round(score, 3)
+        a["for"].sort(key=lambda i: -i["weight"])
+        a["against"].sort(key=lambda i: -i["weight"])
+        out[cause] = a
+    return out
+
+
+def _confidence(score: float) -> str:
+    return "high" if score >= 0.7 else "medium" if score >= 0.4 else "low"
+
+
+def _fill(step: str, ev: Evidence, odd: list[dict[str, Any]]) -> str:
+    pid = None
+    if odd:
+        pid = odd[0].get("pid")
+    if pid is None and ev.workers:
+        pid = ev.workers[0].pid
+    port = None
+    for p in ev.processes:
+        if p.env.get("MASTER_PORT"):
+            port = p.env["MASTER_PORT"]
+            break
+    if port is None:
+        for h in ev.http:
+            port = h.get("port")
+            break
+    return (step.replace("{pid}", str(pid) if pid is not None else "PID")
+            .replace("{port}", str(port) if port is not None else "PORT"))
+
+
+def merge_facts(outcomes: list[Outcome]) -> dict[str, Any]:
+    facts: dict[str, Any] = {"moving": [], "still": [], "answering": None, "dead": None}
+    for o in outcomes:
+        f = o.result.facts
+        if not f:
+            continue
+        facts["moving"].extend(f.get("moving", []))
+        facts["still"].extend(f.get("still", []))
+        if f.get("answering") is not None:
+            facts["answering"] = bool(facts["answering"]) or bool(f["answering"]) if facts["answering"] is not None else bool(f["answering"])
+        if f.get("dead") is not None:
+            facts["dead"] = f["dead"] if facts["dead"] is None else (facts["dead"] and f["dead"])
+        for k, v in f.items():
+            if k not in facts:
+                facts[k] = v
+    return facts
+
+
+def decide_verdict(ev: Evidence, facts: dict[str, Any], causes: list[dict[str, Any]]) -> tuple[str, str]:
+    top = causes[0] if causes else None
+    if not ev.processes and not ev.has("stacks") and not ev.has("log") and not ev.has("kernel_log") and not ev.gpus:
+        return "inconclusive", "no evidence about the server was collected or given"
+    if facts.get("dead"):
+        return "dead", facts.get("dead_reason") or "the server's root process is gone or a zombie"
+    strong_hang = top is not None and top["score"] >= 0.5 and CAUSES.get(top["id"], None) is not None and CAUSES[top["id"]].hang
+    if facts.get("answering") and not (strong_hang and top["id"] in ("frontend-hang", "request-deadlock", "nccl-desync", "rank-died", "gpu-fault")):
+        return "healthy", facts.get("answering_reason") or "the server answers its health endpoint"
+    if top is not None and top["id"] == "compile-in-progress" and top["score"] >= 0.3:
+        return "progressing", "compilation is making progress: " + "; ".join(facts["moving"][:3] or [top["summary"]])
+    if ev.has_timing:
+        if facts["moving"] and not strong_hang:
+            return "progressing", "moving over %.1f s: %s" % (ev.window_s or 0, "; ".join(facts["moving"][:3]))
+        alive = [p for p in ev.processes if p.alive]
+        if not alive:
+            return "dead", "no process of the server is alive"
+        port = "not answering" if facts.get("answering") is False else "no port open"
+        if facts.get("answering") is False and not any(h.get("port") for h in ev.http):
+            port = "no port open"
+        still = "; ".join(facts["still"][:3]) if facts["still"] else "nothing moved"
+        if strong_hang or not facts["moving"]:
+            return "hung", f"alive, {port}, {still} over {ev.window_s:.1f} s"
+        return "progressing", "moving: " + "; ".join(facts["moving"][:3])
+    # pasted evidence: no window, movement cannot be judged
+    if top is not None and top["score"] >= 0.4:
+        return "hung", f"the evidence matches {top['id']}; pasted evidence has no sampling window, so 'hung' is inferred, not measured"
+    return "inconclusive", "too little evidence to tell hung from slow; see 'next command'"
+
+
+def _rank_rows(ev: Evidence) -> list[dict[str, Any]]:
+    rows = []
+    shown = {(r.host, r.pid) for r in ev.ranks}
+    others = [p for p in ev.processes if (p.host, p.pid) not in shown]
+    entries = [(r.proc, r) for r in ev.ranks] + [(p, None) for p in others]
+    for p, r in entries:
+        stack = ev.stacks.get((p.host, p.pid))
+        main = stack.main if stack and stack.ok else None
+        g = ev.gpu_of_pid.get((p.host, p.pid))
+        gpu = g[0] if g else None
+        cmd = p.cmdline_text
+        rows.append({
+            "host": p.host, "pid": p.pid, "ppid": p.ppid, "rank": p.rank, "role": p.role,
+            "name": p.name, "cmdline": cmd if len(cmd) <= 160 else cmd[:157] + "...",
+            "gpu": gpu.index if gpu else None, "state": p.state, "wchan": p.wchan,
+            "cpu_pct": p.cpu_pct, "cpu_delta_s": p.cpu_delta_s,
+            "rss_mib": round(p.rss_bytes / MIB, 1) if p.rss_bytes else None,
+            "threads": p.num_threads,
+            "gpu_util_pct": gpu.series("util_pct") if gpu else [],
+            "gpu_power_w": gpu.series("power_w") if gpu else [],
+            "gpu_mem_mib": g[1] if g else None,
+            "top_frame": main.top.short if main and main.top else None,
+            "wait_kind": main.wait_kind if main else None,
+            "signature": main.signature if main else None,
+            "alive": p.alive,
+            "is_worker": r is not None,
+            "moved": stack.moved if stack else None,
+        })
+    return rows
+
+
+def _stack_groups(ev: Evidence) -> list[dict[str, Any]]:
+    groups: dict[str, dict[str, Any]] = {}
+    for r in ev.ranks:
+        if not r.stack or not r.stack.ok or not r.stack.main:
+            continue
+        m = r.stack.main
+        g = groups.setdefault(m.signature, {
+            "signature": m.signature, "count": 0, "pids": [], "ranks": [], "hosts": [],
+            "wait_kind": m.wait_kind, "odd": False,
+            "frames": [{"name": f.name, "file": f.file, "line": f.line, "native": f.native} for f in m.frames],
+        })
+        g["count"] += 1
+        g["pids"].append(r.pid)
+        g["ranks"].append(r.rank)
+        g["hosts"].append(r.host)
+    out = sorted(groups.values(), key=lambda g: -g["count"])
+    if len(out) > 1:
+        biggest = out[0]["count"]
+        for g in out:
+            g["odd"] = g["count"] < biggest or (g["count"] == biggest and g is not out[0] and False)
+    return out
+
+
+def _stacks_all(ev: Evidence) -> dict[str, Any]:
+    out = {}
+    for (host, pid), ps in ev.stacks.items():
+        key = str(pid) if len(ev.snapshots) == 1 else f"{host}:{pid}"
+        if not ps.ok:
+            out[key] = {"status": ps.status, "error": ps.error, "threads": []}
+            continue
+        out[key] = {"status": "ok", "moved": ps.moved, "threads": [
+            {"thread": t.name, "tid": t.tid, "active": t.active, "wait_kind": t.wait_kind,
+             "frames": [{"name": f.name, "file": f.file, "line": f.line, "native": f.native} for f in t.frames]}
+            for t in ps.threads]}
+    return out
+
+
+def _gpus(ev: Evidence) -> list[dict[str, Any]]:
+    out = []
+    for g in ev.gpus:
+        out.append({
+            "host": g.host, "index": g.index, "name": g.raw.get("name"),
+            "mem_total_mib": g.raw.get("mem_total_mib"),
+            "util_pct": g.series("util_pct"), "power_w": g.series("power_w"),
+            "mem_used_mib": g.series("mem_used_mib"), "power_limit_w": g.power_limit_w,
+            "pids": g.pids, "reading": g.reading(), "lost": g.lost,
+            "unsupported": g.raw.get("unsupported") or [],
+        })
+    return out
+
+
+def _env_diff(ev: Evidence) -> list[dict[str, Any]]:
+    ranks = [r for r in ev.ranks if r.proc.env]
+    if len(ranks) < 2:
+        return []
+    keys = sorted({k for r in ranks for k in r.proc.env})
+    skip = {"RANK", "LOCAL_RANK", "GROUP_RANK", "ROLE_RANK", "CUDA_VISIBLE_DEVICES", "HOSTNAME",
+            "TORCHELASTIC_RUN_ID", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK",
+            "SLURM_PROCID", "SLURM_LOCALID"}
+    out = []
+    for k in keys:
+        if k in skip:
+            continue
+        vals = {}
+        for r in ranks:
+            label = f"rank {r.rank}" if r.rank is not None else f"pid {r.pid}"
+            if len(ev.snapshots) > 1:
+                label = f"{r.host} {label}"
+            vals[label] = r.proc.env.get(k, "(unset)")
+        if len(set(vals.values())) > 1:
+            out.append({"key": k, "values": vals})
+    return out
+
+
+def _weakened(ev: Evidence) -> list[str]:
+    out = []
+    if not ev.has_timing:
+        out.append("no sampling window (pasted evidence): movement of CPU, log, GPU power and stacks "
+                   "cannot be judged, so 'hung' versus 'slow' is inferred, not measured")
+    if not ev.has("stacks"):
+        out.append("no Python stacks: what each worker waits on is unknown")
+    if not ev.gpus:
+        out.append("no GPU samples: GPU-side causes (NCCL waits, spinning kernels, faults) rest on other evidence")
+    if not ev.has("log"):
+        out.append("no server log: loading, compile and request history are unknown")
+    if ev.origin != "live" and not ev.processes:
+        out.append("no process list: dead or missing ranks cannot be counted")
+    return out
+
+
+def _next_command(ev: Evidence, verdict: str) -> str:
+    hosts = [(s.get("host") or {}).get("name", "HOST") for s in ev.snapshots]
+    host = hosts[0] if hosts and hosts[0] else "HOST"
+    roots = ev.roots
+    pid = f" --pid {roots[0].pid}" if roots else " --pid PID"
+    if ev.origin != "live":
+        return (f"hangdoctor diagnose {host if host not in ('pasted', '?') else 'HOST'}{pid} --window 10 "
+                "-o report.html   # live, on the host: adds timing, GPU samples and every worker's stack")
+    if verdict in ("progressing", "inconclusive"):
+        return f"hangdoctor diagnose {host}{pid} --window 30 -o report.html   # a longer window tells slow from stuck"
+    if not ev.has("log"):
+        return f"hangdoctor diagnose {host}{pid} --log /path/to/server.log -o report.html"
+    return f"hangdoctor diagnose {host}{pid} --native -o report.html   # native frames show where CUDA/NCCL waits"
+
+
+def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
+            command: str | None = None, host_results: list[Any] | None = None) -> dict[str, Any]:
+    """Run every check over the snapshots and build the analysis document."""
+    problems: list[str] = []
+    if checks is None:
+        checks, problems = all_checks()
+    ev = Evidence(snapshots)
+    outcomes = run_checks(checks, ev)
+    scored = score_causes(outcomes)
+    facts = merge_facts(outcomes)
+
+    causes = []
+    for cid, a in scored.items():
+        if a["score"] < MIN_SCORE or not a["for"]:
+            continue
+        odd = []
+        seen = set()
+        for o in a["odd"]:
+            key = (o.get("host"), o.get("pid"))
+            if key not in seen:
+                seen.add(key)
+                odd.append(o)
+        c = CAUSES.get(cid)
+        causes.append({
+            "id": cid, "title": title(cid), "score": a["score"], "confidence": _confidence(a["score"]),
+            "summary": a["for"][0]["text"],
+            "evidence": a["for"], "against": a["against"],
+            "next_steps": [_fill(s, ev, odd) for s in (c.next_steps if c else ())],
+            "odd_ones_out": odd,
+        })
+    causes.sort(key=lambda c: (-c["score"], c["id"]))
+
+    ruled_out = []
+    for cid, a in scored.items():
+        if (a["score"] < MIN_SCORE or not a["for"]) and a["against"]:
+            ruled_out.append({"id": cid, "title": title(cid), "by": [i["text"] for i in a["against"][:3]]})
+    # causes no check could speak to
+    spoken = set(scored)
+    not_checked = []
+    for cid in CAUSES:
+        if cid in spoken:
+            continue
+        relevant = [o for o in outcomes if cid in o.check.causes]
+        missing = sorted({m for o in relevant if o.result.verdict == SKIPPED for m in o.result.missing})
+        if relevant and all(o.result.verdict in (SKIPPED, ERRORED) for o in relevant):
+            not_checked.append({"id": cid, "title": title(cid), "missing": missing})
+        elif relevant:
+            ruled_out.append({"id": cid, "title": title(cid),
+                              "by": ["nothing speaks for it: " + ", ".join(sorted({o.check.id for o in relevant if o.result.verdict in (FIRED, CLEARED)}))]})
+    ruled_out.sort(key=lambda r: r["id"])
+
+    verdict, reason = decide_verdict(ev, facts, causes)
+    if verdict == "healthy":
+        # a healthy server keeps no hang cause on top; say what was seen instead
+        pass
+    top = causes[0] if causes else None
+    if top:
+        headline = f"Most likely {top['id']} (score {top['score']:.2f}): {top['summary']}"
+    elif verdict == "healthy":
+        headline = "Healthy: the server answers and no cause of a hang was found"
+    else:
+        headline = "No cause stands out; see what could not be checked and the next command"
+
+    checks_out = []
+    for o in outcomes:
+        checks_out.append({
+            "id": o.check.id, "title": o.check.title, "verdict": o.result.verdict,
+            "summary": o.result.summary, "missing": o.result.missing, "error": o.result.error,
+            "signals": [s.to_dict() for s in o.result.signals],
+        })
+
+    hosts = []
+    for i, s in enumerate(snapshots):
+        h = s.get("host") or {}
+        hr = host_results[i] if host_results and i < len(host_results) else None
+        hosts.append({
+            "name": h.get("name"), "hostname": h.get("hostname"), "kernel": h.get("kernel"),
+            "root_pids": (s.get("targets") or {}).get("root_pids", []),
+            "collected_at": s.get("collected_at"), "duration_s": s.get("probe_duration_s"),
+            "status": "ok" if not s.get("probe_error") else "failed",
+            "error": s.get("probe_error"),
+            "discovered": (s.get("targets") or {}).get("discovery", []),
+        })
+        if hr is not None and getattr(hr, "error", None):
+            hosts[-1]["status"] = "partial"
+    for hr in host_results or []:
+        if getattr(hr, "snapshot", None) is None:
+            hosts.append({"name": hr.name, "status": "failed", "error": hr.error, "remedy": hr.remedy,
+                          "duration_s": round(hr.duration_s, 3), "root_pids": []})
+
+    collection = []
+    for m in ev.manifest:
+        collection.append({k: m.get(k) for k in ("host", "source", "status", "duration_s", "detail", "remedy")})
+    for hr in host_results or []:
+        if getattr(hr, "snapshot", None) is None:
+            collection.append({"host": hr.name, "source": "host", "status": "failed", "duration_s": round(hr.duration_s, 3),
+                               "detail": hr.error, "remedy": hr.remedy})
+
+    log_meta = ev.log_meta
+    log_out = None
+    if ev.has("log"):
+        lv = ev.log
+        log_out = {
+            "path": log_meta.get("path"), "grew_bytes": log_meta.get("grew_bytes"), "age_s": log_meta.get("age_s"),
+            "tail": list(lv.lines[-60:]),
+            "events": [{"kind": e.kind, "text": e.text[:300], "line": e.line_no, "rank": e.rank}
+                       for e in lv.events[-80:]],
+        }
+
+    host_facts = []
+    for host, hm in ev.host_memory:
+        shm = dict(ev.shm).get(host) or {}
+        host_facts.append({
+            "host": host,
+            "mem_total_mib": round((hm.get("mem_total_bytes") or 0) / MIB),
+            "mem_available_mib": round((hm.get("mem_available_bytes") or 0) / MIB),
+            "swap_used_mib": round(((hm.get("swap_total_bytes") or 0) - (hm.get("swap_free_bytes") or 0)) / MIB),
+            "swap_in_pages_delta": hm.get("swap_in_pages_delta"), "swap_out_pages_delta": hm.get("swap_out_pages_delta"),
+            "shm_total_mib": round((shm.get("total_bytes") or 0) / MIB) if shm else None,
+            "shm_free_mib": round((shm.get("free_bytes") or 0) / MIB) if shm else None,
+        })
+
+    n_dumped = sum(1 for ps in ev.stacks.values() if ps.ok)
+    durations = [ps for ps in ev.stacks.values() if ps.ok]
+    intrusion = ("read-only: /proc reads, NVML queries and an HTTP GET of the server's own port; "
+                 f"py-spy paused each of {n_dumped} Python process(es) for a few milliseconds per dump "
+                 "(two dumps, at the start and the end of the window); no signal was sent") if durations else \
+        "read-only: /proc reads, NVML queries and an HTTP GET of the server's own port; no process was paused"
+    if ev.origin == "pasted":
+        intrusion = "none: analysis of pasted evidence"
+
+    return {
+        "analysis_version": 1,
+        "tool": {"name": "hangdoctor", "version": __version__},
+        "generated_at": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
+        "command": command,
+        "origin": ev.origin,
+        "window_s": ev.window_s,
+        "hosts": hosts,
+        "verdict": verdict,
+        "verdict_reason": reason,
+        "headline": headline,
+        "causes": causes,
+        "ruled_out": ruled_out,
+        "not_checked": not_checked,
+        "checks": checks_out,
+        "ranks": _rank_rows(ev),
+        "stack_groups": _stack_groups(ev),
+        "stacks": _stacks_all(ev),
+        "gpus": _gpus(ev),
+        "env_diff": _env_diff(ev),
+        "host_facts": host_facts,
+        "log": log_out,
+        "collection": collection,
+        "weakened": _weakened(ev),
+        "next_command": _next_command(ev, verdict),
+        "intrusion": intrusion,
+        "problems": problems,
+        "facts": {"moving": facts["moving"], "still": facts["still"], "answering": facts["answering"]},
+        "fingerprint": hashlib.sha1(",".join(c["id"] for c in causes[:3]).encode()).hexdigest()[:8],
+    }

@@ -35,6 +35,14 @@ def ranks_expected(ev: Evidence):
             if not odd and missing:
                 odd = [{"pid": None, "rank": m, "why": "no live process has this rank"} for m in missing]
             signals.append(support("rank-died", 0.65, text, [ref(p) for p in dead], odd=odd))
+            signals.append(against("post-load-deadlock", 0.5, "a rank is gone: the survivors' waits are "
+                                   "explained by it, not by a handshake between live workers"))
+            if ev.has("log") and missing:
+                errs = [e for e in ev.log.of("error", "traceback", "shard-exit") if e.rank in missing]
+                if errs:
+                    e = errs[-1]
+                    signals.append(support("rank-died", 0.5, f"the missing rank {e.rank} logged an error "
+                                           f"before it vanished: {e.text.strip()[:140]}"))
     # GPU memory freed by a dead rank
     gpus_by_host: dict = {}
     for g in ev.gpus:

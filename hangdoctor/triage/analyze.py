@@ -252,6 +252,9 @@ def _next_command(ev: Evidence, verdict: str) -> str:
     if ev.origin != "live":
         return (f"hangdoctor diagnose {host if host not in ('pasted', '?') else 'HOST'}{pid} --window 10 "
                 "-o report.html   # live, on the host: adds timing, GPU samples and every worker's stack")
+    if verdict == "healthy":
+        return (f"nothing to do now; if clients still hang, diagnose while a request hangs: "
+                f"hangdoctor diagnose {host}{pid} --window 10 -o report.html")
     if verdict in ("progressing", "inconclusive"):
         return f"hangdoctor diagnose {host}{pid} --window 30 -o report.html   # a longer window tells slow from stuck"
     if not ev.has("log"):

@@ -1,0 +1,114 @@
+"""Issue 2: `hangdoctor diagnose localhost --pid N` on real hung processes, through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _diagnose(hangdoctor_cli, info, tmp_path: Path, *extra: str):
+    out = tmp_path / "report.html"
+    t0 = time.monotonic()
+    proc = hangdoctor_cli("diagnose", "localhost", "--pid", str(info.launcher_pid),
+                          *(["--log", info.log] if info.log else []),
+                          "--window", "2", "--json", "-o", str(out), *extra)
+    wall_s = time.monotonic() - t0
+    assert proc.stdout.strip(), proc.stderr
+    analysis = json.loads(proc.stdout)  # stdout is JSON and nothing else
+    return proc, analysis, out, wall_s
+
+
+def _top(analysis):
+    return analysis["causes"][0]["id"] if analysis["causes"] else None
+
+
+def test_post_load_deadlock(run_scenario, hangdoctor_cli, tmp_path):
+    info = run_scenario("postload", workers=4)
+    proc, a, out, _ = _diagnose(hangdoctor_cli, info, tmp_path)
+    assert proc.returncode == 3, proc.stderr  # hung
+    assert a["verdict"] == "hung"
+    assert _top(a) == "post-load-deadlock"
+    top = a["causes"][0]
+    assert top["score"] >= 0.6 and top["evidence"] and top["next_steps"]
+    for c in a["causes"]:
+        assert {"id", "score", "evidence"} <= set(c)
+    # per-process stacks, and every worker parked in the pipe
+    workers = [r for r in a["ranks"] if r["pid"] in info.worker_pids]
+    assert len(workers) == 4
+    assert {r["rank"] for r in workers} == {0, 1, 2, 3}
+    assert all(r["wait_kind"] == "ipc-wait" for r in workers)
+    for pid in info.worker_pids:
+        frames = a["stacks"][str(pid)]["threads"][0]["frames"]
+        assert any("multiprocessing/connection.py" in f["file"] for f in frames)
+    # the report and the snapshot next to it
+    html = out.read_text()
+    assert "post-load-deadlock" in html and "<html" in html.lower()
+    snap = json.loads(out.with_name("report.snapshot.json").read_text())
+    assert snap["schema_version"] == 1 and snap["origin"] == "live"
+    sources = {m["source"]: m["status"] for m in snap["manifest"]}
+    assert sources["processes"] == "ok" and sources["stacks"] == "ok" and sources["log"] == "ok"
+    assert "nvml" in sources  # no GPU here: recorded, not crashed
+
+
+@pytest.mark.torch
+def test_collective_desync_gloo(run_scenario, hangdoctor_cli, tmp_path):
+    info = run_scenario("gloo_desync")
+    proc, a, _, _ = _diagnose(hangdoctor_cli, info, tmp_path)
+    assert a["verdict"] == "hung", proc.stderr
+    assert _top(a) == "nccl-desync"
+    kinds = {r["rank"]: r["wait_kind"] for r in a["ranks"] if r["rank"] is not None}
+    assert kinds[0] == "collective:all_reduce" and kinds[1] == "collective:barrier"
+    assert a["causes"][0]["odd_ones_out"], "the odd rank must be named"
+
+
+def test_dead_rank(run_scenario, hangdoctor_cli, tmp_path):
+    info = run_scenario("postload", workers=4, die_rank=2)
+    proc, a, _, _ = _diagnose(hangdoctor_cli, info, tmp_path)
+    assert a["verdict"] == "hung", proc.stderr
+    assert _top(a) == "rank-died"
+    odd = a["causes"][0]["odd_ones_out"]
+    assert any(o.get("rank") == 2 for o in odd), odd
+
+
+def test_healthy_idle_server(run_scenario, hangdoctor_cli, tmp_path):
+    info = run_scenario("healthy", workers=2)
+    proc, a, _, _ = _diagnose(hangdoctor_cli, info, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert a["verdict"] == "healthy"
+    assert all(c["score"] < 0.3 for c in a["causes"]), a["causes"]
+    assert any("answered 200" in c["summary"] for c in a["checks"] if c["id"] == "port.health")
+
+
+def test_progressing_compile(run_scenario, hangdoctor_cli, tmp_path):
+    info = run_scenario("compile", workers=2)
+    time.sleep(0.5)
+    proc, a, _, _ = _diagnose(hangdoctor_cli, info, tmp_path)
+    assert proc.returncode == 5, proc.stderr  # progressing
+    assert a["verdict"] == "progressing"
+    assert _top(a) == "compile-in-progress"
+
+
+def test_no_pid_discovers_servers(run_scenario, hangdoctor_cli, tmp_path):
+    info = run_scenario("postload", workers=2)
+    proc = hangdoctor_cli("diagnose", "localhost", "--window", "1", "--json")
+    a = json.loads(proc.stdout)
+    found = [d["pid"] for h in a["hosts"] for d in h.get("discovered") or []]
+    assert info.launcher_pid in found, proc.stderr
+    assert "found" in proc.stderr
+
+
+def test_dead_pid_is_dead_not_a_traceback(hangdoctor_cli, tmp_path):
+    import subprocess
+    import sys
+
+    p = subprocess.Popen([sys.executable, "-c", "pass"])
+    p.wait()
+    proc = hangdoctor_cli("diagnose", "localhost", "--pid", str(p.pid), "--window", "0.5", "--json")
+    assert "Traceback" not in proc.stderr
+    a = json.loads(proc.stdout)
+    assert a["verdict"] == "dead" and proc.returncode == 6

@@ -38,10 +38,25 @@ def checks_in_module(module: ModuleType) -> list[Check]:
     return found
 
 
-def builtin_checks() -> list[Check]:
-    import hangdoctor.checks as pkg
+def _import_builtin_package() -> ModuleType:
+    """``hangdoctor.checks``; from a source checkout that was not pip-installed (PYTHONPATH
+    pointing at the repo), the repo's ``checks/`` folder is loaded under that name."""
+    try:
+        return importlib.import_module("hangdoctor.checks")
+    except ModuleNotFoundError:
+        folder = Path(__file__).resolve().parent.parent.parent / "checks"
+        spec = importlib.util.spec_from_file_location(
+            "hangdoctor.checks", folder / "__init__.py", submodule_search_locations=[str(folder)])
+        if spec is None or spec.loader is None:
+            raise
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["hangdoctor.checks"] = module
+        spec.loader.exec_module(module)
+        return module
 
-    return checks_in_module(pkg)
+
+def builtin_checks() -> list[Check]:
+    return checks_in_module(_import_builtin_package())
 
 
 def entry_point_checks(include_builtin: bool = True) -> tuple[list[Check], list[str]]:

@@ -51,9 +51,11 @@ def describe_kind(kind: str) -> str:
 
 
 def has_nccl_threads(r: Rank) -> bool:
-    """NCCL names its proxy threads ('NCCL Service', 'NCCL Progress'): a communicator exists,
-    so a NCCL collective has been issued by this rank."""
+    """Does this rank run NCCL collectives? PyTorch's ProcessGroupNCCL starts a watchdog thread
+    (``pt_nccl_watchdg``, heartbeat ``pt_nccl_heartbt``) and NCCL names its own service threads
+    ``NCCL ...``; a rank with neither has no NCCL process group, so no NCCL collective can be
+    what its GPU waits on."""
     names = [t.get("name") or "" for t in r.proc.threads or []]
     if r.stack and r.stack.ok:
         names += r.stack.thread_names()
-    return any(n.startswith("NCCL") for n in names)
+    return any(n.startswith(("NCCL", "pt_nccl_")) for n in names)

@@ -8,7 +8,7 @@ from hangdoctor.evidence.model import MIB, Evidence
 
 
 @check("activity.window", "Movement over the sampling window", needs=["timing", "processes"],
-       causes=["compile-in-progress", "post-load-deadlock"])
+       causes=["compile-in-progress", "post-load-deadlock", "request-deadlock"])
 def activity(ev: Evidence):
     """Compares the start and the end of the window: CPU time of each process, whether its
     stacks changed, bytes read, log growth, compiler children (nvcc, ptxas, cicc, inductor
@@ -55,6 +55,7 @@ def activity(ev: Evidence):
                                [f"pid:{p.pid}" for p in compilers]))
     if moving:
         signals.append(against("post-load-deadlock", 0.5, "something moves: " + "; ".join(moving[:3])))
+        signals.append(against("request-deadlock", 0.5, "something moves: " + "; ".join(moving[:3])))
         return fired("moving: " + "; ".join(moving[:3]), *signals, facts=facts)
     signals.append(against("compile-in-progress", 0.7, f"nothing moved over {w:.1f} s: no compile is progressing"))
     return cleared(f"nothing moved over {w:.1f} s: " + "; ".join(still), *signals, facts=facts)

@@ -7,7 +7,7 @@ from hangdoctor.evidence.model import Evidence
 
 
 @check("gpu.util-power", "GPU utilisation against power draw", needs=["gpus"],
-       causes=["nccl-desync", "gpu-kernel-spin", "post-load-deadlock", "rendezvous-stall"])
+       causes=["nccl-desync", "gpu-kernel-spin", "post-load-deadlock", "rendezvous-stall", "request-deadlock"])
 def gpu_util_power(ev: Evidence):
     """NVML utilisation is the fraction of time a kernel was resident. A NCCL kernel
     spin-waiting for a peer shows 100 % at idle power (~119 W on an H200), and so does a kernel
@@ -40,6 +40,7 @@ def gpu_util_power(ev: Evidence):
         names = ", ".join(f"{desc(g)} {g.mean('util_pct'):.0f} % at {g.mean('power_w'):.0f} W" for g in busy)
         signals.append(against("post-load-deadlock", 0.7, f"GPUs working: {names}"))
         signals.append(against("nccl-desync", 0.4, f"GPUs working: {names}"))
+        signals.append(against("request-deadlock", 0.6, f"GPUs working: {names}"))
     if idle_loaded and not busy and not waiting:
         names = ", ".join(f"{desc(g)} ({g.mem_used_mib / 1024:.1f} GiB)" for g in idle_loaded)
         signals.append(support("post-load-deadlock", 0.25, f"weights resident and GPUs idle: {names}"))

@@ -8,7 +8,7 @@ from hangdoctor.evidence.model import Evidence
 _NOT_HANG = ("post-load-deadlock", 0.95), ("rendezvous-stall", 0.9), ("nccl-transport", 0.9), \
     ("io-stall", 0.9), ("cuda-graph-capture", 0.9), ("lock-contention", 0.8), ("gpu-kernel-spin", 0.6), \
     ("compile-in-progress", 0.8), ("nccl-desync", 0.5), ("rank-died", 0.4), ("gpu-oom", 0.6), \
-    ("host-oom-or-swap", 0.4), ("shm-exhausted", 0.6)
+    ("host-oom-or-swap", 0.4), ("shm-exhausted", 0.6), ("request-deadlock", 0.5)
 
 
 @check("port.health", "Listening port and health endpoint", needs=["http"],

@@ -62,18 +62,20 @@ def stacks_collectives(ev: Evidence):
         else:
             nccl = [r for r in sync if has_nccl_threads(r)]
             if nccl:
-                signals.append(support("nccl-desync", 0.6, f"{w_text} with a NCCL communicator up (NCCL "
-                                       f"proxy threads), but {o_text}: a collective waits for a peer that "
-                                       "never joined", [f"pid:{r.pid}" for r in waiting + outside], odd=odd))
-                signals.append(against("gpu-kernel-spin", 0.4, "the waiting rank has a NCCL communicator: "
-                                       "a collective is the likelier wait"))
+                signals.append(support("nccl-desync", 0.6, f"{w_text} with a NCCL process group, but "
+                                       f"{o_text}: most likely a collective waits for a peer that never "
+                                       "joined", [f"pid:{r.pid}" for r in waiting + outside], odd=odd))
+                signals.append(support("gpu-kernel-spin", 0.25, f"{w_text}: a kernel that never ends looks the "
+                                       "same to NVML and py-spy; NCCL watchdog timeout lines (after "
+                                       "TORCH_NCCL timeout) or the flight recorder would tell them apart",
+                                       [f"pid:{r.pid}" for r in sync]))
             else:
-                signals.append(support("gpu-kernel-spin", 0.45, f"{w_text}, no NCCL communicator in the "
-                                       f"waiting rank(s), and {o_text}: a kernel that never finishes looks "
-                                       "like this", [f"pid:{r.pid}" for r in sync]))
-                signals.append(support("nccl-desync", 0.35, f"{w_text} while {o_text}: a collective waiting "
-                                       "for a peer looks the same from NVML and py-spy; NCCL flight-recorder "
-                                       "or watchdog lines would tell them apart", odd=odd))
+                signals.append(support("gpu-kernel-spin", 0.55, f"{w_text} with no NCCL process group (no "
+                                       f"pt_nccl_watchdg / NCCL threads), and {o_text}: no collective can be "
+                                       "pending, so a kernel that never finishes", [f"pid:{r.pid}" for r in sync]))
+                signals.append(support("nccl-desync", 0.2, f"{w_text} while {o_text}: a collective waiting "
+                                       "for a peer looks the same from NVML and py-spy, but the waiting rank "
+                                       "has no NCCL process group", odd=odd))
     if not signals and len(coll) == len(ranks) and len(by_op) == 1 and len(ranks) >= 2:
         moved = [r for r in ranks if r.stack and r.stack.moved]
         op = describe_kind(coll[0].wait_kind)

@@ -407,8 +407,10 @@ def demo(output: str, window: float, workers: int, as_json: bool) -> None:
          "  hangdoctor diagnose user@gpu-node --pid <server pid> -o report.html")
 
 
-def run() -> None:  # pragma: no cover - console entry alias
-    main()
+# snapshot (pre-kill bundles) and watch live in their own module
+from hangdoctor import cli_ops  # noqa: E402
+
+cli_ops.register(main)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -276,6 +276,39 @@ class ProcReader:
 # ---------------------------------------------------------------- other sources
 
 
+def _ports_to_probe(readers: List["ProcReader"], extra: List[int]) -> Tuple[Dict[int, str], List[str]]:
+    """Which listening ports get an HTTP GET, and which are left alone, and why.
+
+    Only the server's API ports are probed. Sockets of workers (NCCL bootstrap and proxy
+    listeners, gloo pairs) and the c10d store on MASTER_PORT are never touched: a stray
+    connection to an NCCL listener was measured to leave its service threads spinning at
+    100 % CPU in the target, and a store may log or drop a bad client.
+    """
+    master_ports = set()
+    for r in readers:
+        mp = (r.record.get("env") or {}).get("MASTER_PORT")
+        if mp and mp.isdigit():
+            master_ports.add(int(mp))
+    ports = {}  # type: Dict[int, str]
+    skipped = []  # type: List[str]
+    worker_ports = []  # type: List[int]
+    for r in readers:
+        role = r.record.get("role")
+        for s in r.record.get("listen", []):
+            port = int(s["port"])
+            if port in master_ports:
+                skipped.append("port %d (c10d store, MASTER_PORT)" % port)
+            elif role in ("worker", "engine", "compiler"):
+                worker_ports.append(port)
+            else:
+                ports.setdefault(port, str(s["ip"]))
+    if worker_ports:
+        skipped.append("%d port(s) of worker processes (NCCL/gloo/IPC sockets)" % len(worker_ports))
+    for p in extra:
+        ports[int(p)] = "127.0.0.1"  # asked for explicitly
+    return ports, skipped
+
+
 def _http_probe(port: int, ip: str, timeout_s: float) -> Dict[str, Any]:
     host = "127.0.0.1" if ip in ("0.0.0.0", "::", "127.0.0.1") else ip
     if ip == "::":
@@ -469,12 +502,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             futures["dumpA:%d" % r.pid] = pool.submit(
                 pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(r.record.get("status")),
                 native=cfg.native, with_locals=cfg.locals, sudo=cfg.sudo)
-    ports = {}  # type: Dict[int, str]
-    for r in readers:
-        for s in r.record.get("listen", []):
-            ports.setdefault(int(s["port"]), str(s["ip"]))
-    for p in cfg.ports:
-        ports.setdefault(int(p), "127.0.0.1")
+    ports, skipped_ports = _ports_to_probe(readers, cfg.ports)
     http_timeout = max(1.0, min(5.0, window_s if window_s > 0 else 2.0))
     for port, ip in sorted(ports.items())[:16]:
         futures["http:%d" % port] = pool.submit(_http_probe, port, ip, http_timeout)
@@ -561,11 +589,13 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             http.append(res)
         else:
             http.append({"port": port, "ok": False, "error": "probe did not finish by the deadline"})
+    skipped_note = ("; not probed (never send HTTP to these): %s" % "; ".join(skipped_ports)
+                    if skipped_ports else "")
     if ports:
-        man.add("http", "ok", 0.0, "%d port(s) probed, %d answered" % (
-            len(http), sum(1 for h in http if h.get("ok"))))
+        man.add("http", "ok", 0.0, "%d port(s) probed, %d answered%s" % (
+            len(http), sum(1 for h in http if h.get("ok")), skipped_note))
     else:
-        man.add("http", "ok", 0.0, "no listening TCP port in the process tree")
+        man.add("http", "ok", 0.0, "no API port in the process tree%s" % skipped_note)
     snap["http"] = http
 
     # kernel log

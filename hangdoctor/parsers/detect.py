@@ -1,0 +1,395 @@
+"""Split pasted text into segments and name each segment's kind from its content, whatever the
+file is called. One paste may hold several kinds (a server log with a py-spy dump in the middle).
+
+Kinds: ``pyspy-text``, ``pyspy-json``, ``faulthandler``, ``traceback``, ``log``, ``kernel``,
+``nvidia-smi``, ``nvidia-smi-q``, ``ps``, ``env``, ``collect-env``; a whole document that is a
+saved snapshot or analysis JSON is ``snapshot`` / ``analysis`` (the CLI routes those).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+
+from hangdoctor.evidence.logs import MAX_LINE_CHARS
+from hangdoctor.parsers import faulthandler as fh
+from hangdoctor.parsers import pyspy_text as pt
+from hangdoctor.parsers import traceback as tb
+from hangdoctor.parsers.env import ENV_LINE
+from hangdoctor.parsers.ps import _split_row, header_columns
+from hangdoctor.parsers.pyspy_json import is_pyspy_json, iter_json_documents
+
+KINDS = (
+    "pyspy-text",
+    "pyspy-json",
+    "faulthandler",
+    "traceback",
+    "log",
+    "kernel",
+    "nvidia-smi",
+    "nvidia-smi-q",
+    "ps",
+    "env",
+    "collect-env",
+    "snapshot",
+    "analysis",
+)
+
+
+@dataclass
+class Segment:
+    """A run of lines of one kind; ``start`` is the 0-based index of its first line."""
+
+    kind: str
+    start: int
+    lines: list = field(default_factory=list)
+    flavour: Optional[str] = None  # for logs: vllm | sglang | tgi | torch | nccl
+
+    @property
+    def text(self) -> str:
+        return "\n".join(self.lines)
+
+
+def sniff_json_document(text: str) -> Optional[str]:
+    """``"snapshot"`` for a saved snapshot JSON (has ``schema_version``), ``"analysis"`` for an
+    analysis JSON (has ``analysis_version``), else None."""
+    s = text.lstrip("\ufeff \t\r\n")
+    if not s.startswith("{"):
+        return None
+    try:
+        value, _end = json.JSONDecoder().raw_decode(s)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(value, dict):
+        return None
+    if "analysis_version" in value:
+        return "analysis"
+    if "schema_version" in value:
+        return "snapshot"
+    return None
+
+
+_KERNEL = re.compile(
+    r"^(?:<\d+>)?\[\s*\d+\.\d+\]|^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|"
+    r"^\w{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: |^\d{4}-\d\d-\d\dT\S+ \S+ kernel: |^kernel: |"
+    r"^(?:\[[^\]]*\]\s*)?NVRM: "
+)
+_NVSMI_Q_START = re.compile(r"^=+NVSMI LOG=+\s*$|^Attached GPUs\s+:\s*\d")
+_NVSMI_Q_KV = re.compile(r"^\S[^:]*?\s+:\s?.*$")
+_GPU_HEAD = re.compile(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]\s*$")
+_DATE_LINE = re.compile(r"^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\s*$")
+_COLLECT_START = re.compile(r"^\s*Collecting environment information|^\s*PyTorch version\s*:")
+_COLLECT_END = re.compile(r"^\s*```|</details>")
+_FLAVOURS = [
+    (
+        "vllm",
+        re.compile(
+            r"\((?:EngineCore|VllmWorker|APIServer|RayWorkerWrapper|Worker_TP)|vllm|Avg prompt throughput"
+        ),
+    ),
+    ("sglang", re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?: [A-Z]{2}\d+)+\]|sglang", re.M)),
+    ("tgi", re.compile(r"text_generation_(?:launcher|router|server)|shard-manager")),
+    ("torch", re.compile(r"ProcessGroupNCCL|torch\.distributed|c10d|\[rank\d+\]:")),
+    ("nccl", re.compile(r"NCCL (?:INFO|WARN)")),
+]
+
+
+def _flavour(lines: list) -> Optional[str]:
+    sample = "\n".join(lines[:3000])[:400_000]
+    for name, pat in _FLAVOURS:
+        if pat.search(sample):
+            return name
+    return None
+
+
+def _cap(line: str) -> str:
+    line = line.replace("\x00", "")
+    if len(line) > MAX_LINE_CHARS:
+        return line[:MAX_LINE_CHARS] + f" …[cut {len(line) - MAX_LINE_CHARS} chars]"
+    return line
+
+
+def _is_nvsmi_table_start(lines: list, i: int) -> bool:
+    line = lines[i]
+    if line.startswith("|") and "NVIDIA-SMI" in line:
+        return True
+    return line.startswith("+--") and i + 1 < len(lines) and "NVIDIA-SMI" in lines[i + 1]
+
+
+def _block_start(lines: list, i: int) -> Optional[str]:
+    line = lines[i]
+    if not line:
+        return None
+    c = line[0]
+    if c in "PTR" or "py-spy" in line or "Pyspy dump" in line or "Python v" in line:
+        if pt.looks_like_pyspy_line(line):
+            return "pyspy-text"
+    if c in "TCSF" and (
+        fh.THREAD_HEAD.match(line) or fh.STACK_HEAD.match(line) or fh.FATAL.match(line)
+    ):
+        return "faulthandler"
+    if "Traceback" in line and tb.START.match(line):
+        return "traceback"
+    if c in "+|" and _is_nvsmi_table_start(lines, i):
+        return "nvidia-smi"
+    if c in "=A" and _NVSMI_Q_START.match(line):
+        return "nvidia-smi-q"
+    if c == "G" and _GPU_HEAD.match(line) and i + 1 < len(lines) and "Product Name" in lines[i + 1]:
+        return "nvidia-smi-q"
+    if "PID" in line and header_columns(line):
+        return "ps"
+    if ("Collecting" in line or "PyTorch" in line) and _COLLECT_START.match(line):
+        return "collect-env"
+    return None
+
+
+def _next_nonblank(lines: list, i: int) -> Optional[str]:
+    for j in range(i, min(len(lines), i + 5)):
+        if lines[j].strip():
+            return lines[j]
+    return None
+
+
+def _block_end(kind: str, lines: list, i: int) -> int:
+    """Index one past the last line of the block of ``kind`` that starts at ``i``."""
+    n = len(lines)
+    j = i + 1
+    if kind == "pyspy-text":
+        while j < n:
+            line = lines[j]
+            if not line.strip():
+                nxt = _next_nonblank(lines, j)
+                if nxt is None or not (nxt[:1] in " \t" or pt.looks_like_pyspy_line(nxt)):
+                    return j
+            elif not (
+                line[:1] in " \t" or pt.looks_like_pyspy_line(line) or line.startswith("Error:")
+            ):
+                return j
+            j += 1
+        return j
+    if kind == "faulthandler":
+        while j < n:
+            line = lines[j]
+            if line.startswith("Extension modules:"):
+                return j + 1
+            if not line.strip():
+                nxt = _next_nonblank(lines, j)
+                if nxt is None or not (
+                    fh.THREAD_HEAD.match(nxt)
+                    or fh.STACK_HEAD.match(nxt)
+                    or nxt.startswith(("Extension", "Current thread"))
+                ):
+                    return j
+            elif not (
+                line[:1] in " \t"
+                or fh.THREAD_HEAD.match(line)
+                or fh.STACK_HEAD.match(line)
+                or line.startswith(("Python runtime state", "Current thread's C stack"))
+            ):
+                return j
+            j += 1
+        return j
+    if kind == "traceback":
+        done = False
+        while j < n:
+            line = lines[j]
+            if not line.strip():
+                if done:
+                    nxt = _next_nonblank(lines, j)
+                    if nxt is None or not tb.CHAIN.match(nxt):
+                        return j
+                j += 1
+                continue
+            if tb.CHAIN.match(line) or tb.START.match(line):
+                done = False
+            elif line[:1] not in " \t":
+                if done:
+                    return j
+                done = True  # the exception line
+            j += 1
+        return j
+    if kind == "nvidia-smi":
+        while j < n:
+            line = lines[j]
+            if line[:1] in "+|":
+                j += 1
+                continue
+            if not line.strip():
+                nxt = _next_nonblank(lines, j)
+                if nxt is not None and nxt[:1] in "+|":
+                    j += 1
+                    continue
+            return j
+        return j
+    if kind == "nvidia-smi-q":
+        while j < n:
+            line = lines[j]
+            if line.strip() and not (
+                line[:1] in " \t"
+                or _GPU_HEAD.match(line)
+                or _NVSMI_Q_KV.match(line[:300])
+                or line.startswith("=")
+            ):
+                return j
+            j += 1
+        return j
+    if kind == "ps":
+        cols = header_columns(lines[i]) or []
+        while j < n:
+            line = lines[j]
+            if line.strip() and _split_row(line, cols) is None and not header_columns(line):
+                return j
+            j += 1
+        return j
+    if kind == "collect-env":
+        blanks = 0
+        while j < n:
+            line = lines[j]
+            if _COLLECT_END.search(line):
+                return j
+            if line.strip():
+                blanks = 0
+                if _block_start(lines, j) not in (None, "collect-env"):
+                    return j
+            else:
+                blanks += 1
+                if blanks >= 3:
+                    return j
+            j += 1
+        return j
+    return j
+
+
+def _line_kind(line: str) -> Optional[str]:
+    if not line.strip():
+        return None
+    if _KERNEL.match(line):
+        return "kernel"
+    if (
+        "=" in line
+        and ENV_LINE.match(line)
+        and " "
+        not in line.split("=", 1)[0].strip().replace("export ", "").replace("declare -x ", "")
+    ):
+        return "env"
+    return "log"
+
+
+def _json_candidate(line: str) -> bool:
+    s = line.strip()
+    return s in ("[", "{") or s.startswith(("[{", '{"', "[ {"))
+
+
+def split_segments(text: str) -> list[Segment]:
+    """Split one pasted text into segments of one kind each, in order."""
+    whole = sniff_json_document(text)
+    if whole:
+        return [Segment(whole, 0, [])]
+    text = text.lstrip("\ufeff")
+    lines = [_cap(x.rstrip("\r")) for x in text.split("\n")]
+    if lines and lines[-1] == "":
+        lines.pop()
+    segs: list[Segment] = []
+    joined: Optional[str] = None
+    offsets: list = []
+    i = 0
+    n = len(lines)
+    while i < n:
+        line = lines[i]
+        if _json_candidate(line):
+            if joined is None:  # only built when a paste has JSON in it
+                joined = "\n".join(lines)
+                offsets = [0]
+                for x in lines:
+                    offsets.append(offsets[-1] + len(x) + 1)
+            # one document first: a big non-py-spy JSON must not be re-decoded at every line
+            first = iter_json_documents(joined[offsets[i] :], limit=1)
+            docs = []
+            if first and is_pyspy_json(first[0][0]):
+                docs = iter_json_documents(joined[offsets[i] :], limit=1000)
+            if docs and all(is_pyspy_json(v) for v, _s, _e in docs):
+                consumed = joined[offsets[i] : offsets[i] + docs[-1][2]]
+                j = i + consumed.count("\n") + 1
+                segs.append(Segment("pyspy-json", i, lines[i:j]))
+                i = j
+                continue
+        kind = _block_start(lines, i)
+        if kind:
+            if (
+                kind == "pyspy-text"
+                and pt.SGLANG_HEAD.search(line)
+                and not line.startswith("Pyspy")
+            ):
+                _add_line(segs, "log", i, line)  # the watchdog line is a log line too
+            j = _block_end(kind, lines, i)
+            segs.append(Segment(kind, i, lines[i:j]))
+            i = j
+            continue
+        _add_line(segs, _line_kind(line), i, line)
+        i += 1
+    segs = _tidy(segs)
+    last_flavour = None
+    for s in segs:
+        if s.kind == "log":
+            s.flavour = _flavour(s.lines) or last_flavour
+            last_flavour = s.flavour
+    return segs
+
+
+def _add_line(segs: list, kind: Optional[str], i: int, line: str) -> None:
+    if kind is None:  # blank: belongs to whatever came before
+        if segs:
+            segs[-1].lines.append(line)
+        return
+    if segs and segs[-1].kind == kind and segs[-1].start + len(segs[-1].lines) == i:
+        segs[-1].lines.append(line)
+    else:
+        segs.append(Segment(kind, i, [line]))
+
+
+def _tidy(segs: list) -> list:
+    """A lone env-looking line inside a log is a log line; merge neighbours of one kind."""
+    has_other = any(s.kind not in ("env",) for s in segs)
+    for s in segs:
+        # a prompt line alone ("$ py-spy dump --pid 1 --json" before a JSON dump) is no dump
+        if s.kind == "pyspy-text" and not any(
+            pt.THREAD.match(x) or pt.PROCESS.match(x) for x in s.lines
+        ):
+            s.kind = "log"
+        if s.kind == "env" and has_other and sum(1 for x in s.lines if x.strip()) < 2:
+            s.kind = "log"
+    out: list = []
+    for s in segs:
+        # `nvidia-smi` prints the date on the line above its table
+        if (
+            s.kind == "nvidia-smi"
+            and out
+            and out[-1].kind == "log"
+            and _DATE_LINE.match(out[-1].lines[-1] if out[-1].lines else "")
+        ):
+            date = out[-1].lines.pop()
+            s.lines.insert(0, date)
+            s.start -= 1
+            if not any(x.strip() for x in out[-1].lines):
+                out.pop()
+        if (
+            out
+            and out[-1].kind == s.kind
+            and s.kind in ("log", "kernel", "env")
+            and (out[-1].start + len(out[-1].lines) == s.start)
+        ):
+            out[-1].lines.extend(s.lines)
+        else:
+            out.append(s)
+    return out
+
+
+def detect_kinds(text: str) -> list[str]:
+    """The distinct kinds found in a text, in order of first appearance."""
+    seen: list[str] = []
+    for s in split_segments(text):
+        if s.kind not in seen:
+            seen.append(s.kind)
+    return seen

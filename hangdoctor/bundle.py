@@ -85,14 +85,21 @@ def resolve_output(output: str | None, host: str, epoch_s: float | None = None) 
     """Final bundle path for ``-o``: an existing folder gets a default-named archive inside it.
 
     ``None`` -> the default archive name in the current folder; ``x.tar.gz`` / ``x.tgz`` -> that
-    archive; any other path that does not exist yet -> a bundle folder of that name.
+    archive (replaced if it exists); any other path that does not exist yet -> a bundle folder
+    of that name. A default name already taken gets ``-2``, ``-3``... before its suffix.
     """
+    if output and not os.path.isdir(output):
+        return os.path.abspath(output)
+    folder = output or "."
     name = default_bundle_name(host, epoch_s)
-    if not output:
-        return os.path.abspath(name)
-    if os.path.isdir(output):
-        return os.path.abspath(os.path.join(output, name))
-    return os.path.abspath(output)
+    path = os.path.abspath(os.path.join(folder, name))
+    # Two incidents in one second must not overwrite each other: number the later ones.
+    stem = path[: -len(".tar.gz")]
+    number = 2
+    while os.path.exists(path):
+        path = f"{stem}-{number}.tar.gz"
+        number += 1
+    return path
 
 
 # ---------------------------------------------------------------------------- raw evidence

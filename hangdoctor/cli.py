@@ -57,6 +57,12 @@ class _Group(click.Group):
             ctx.exit(130)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
+        except BrokenPipeError:  # `hangdoctor checks | head`: the reader left, that is fine
+            import os
+
+            with open(os.devnull, "w") as devnull:
+                os.dup2(devnull.fileno(), sys.stdout.fileno())
+            ctx.exit(0)
         except Exception as exc:  # never a traceback on the terminal
             import os
             import traceback
@@ -183,7 +189,8 @@ def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: di
             ports=list(opts.get("port") or []),
             log_path=opts.get("log"),
             window_s=opts["window"],
-            deadline_s=max(5.0, opts["deadline"] - 3.0),
+            # leave the host's probe room to report before the overall deadline cuts it
+            deadline_s=max(2.0, opts["deadline"] - min(3.0, max(1.0, 0.2 * opts["deadline"]))),
             native=opts.get("native", False),
             locals=opts.get("locals", False),
             sudo=opts.get("sudo", False),
@@ -228,7 +235,8 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     snapshots = [r.snapshot for r in results if r.snapshot is not None]
     for r in results:
         if r.error:
-            _err(f"hangdoctor: {r.name}: {r.error}" + (f" ({r.remedy})" if r.remedy else ""))
+            msg = r.error if r.error.startswith(r.name) else f"{r.name}: {r.error}"
+            _err(f"hangdoctor: {msg}" + (f" ({r.remedy})" if r.remedy else ""))
     analysis = analyze(snapshots, checks, command=_command_line(), host_results=results)
     if kw.get("no_redact"):
         analysis["weakened"].insert(0, "NOT REDACTED (--no-redact): this report may contain tokens and keys; do not share it")

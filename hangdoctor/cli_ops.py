@@ -458,7 +458,9 @@ def watch_main(
     ports = list(kw.get("port") or [])
     if kw.get("hosts_file"):
         raise UsageError("watch takes one HOST, not --hosts", "run one watch per host")
-    parse_pid_args(list(kw.get("pids") or []), [host])  # bad --pid: refuse now, not at the incident
+    # Refuse bad --pid / --checks-dir now, not at the first incident hours later.
+    parse_pid_args(list(kw.get("pids") or []), [host])
+    _cli()._load_checks(kw.get("checks_dirs") or ())
     if not url and not ports:
         raise UsageError(
             "nothing to watch", "give --url http://HOST:PORT/health and/or --port PORT"

@@ -27,6 +27,16 @@ from typing import Any
 
 DEFAULT_MAX_LIFETIME_S = 900.0
 _PR_SET_PDEATHSIG = 1
+_PR_SET_PTRACER = 0x59616D61
+_PR_SET_PTRACER_ANY = ctypes.c_ulong(-1).value
+
+
+def allow_any_tracer() -> None:
+    """Let py-spy read this demo process under Yama ptrace_scope=1 (Ubuntu's default), where
+    only ancestors may trace: `hangdoctor demo` run by a normal user starts py-spy as a sibling
+    of the demo server, not as its ancestor. A real server is never changed; this is ours."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PTRACER, _PR_SET_PTRACER_ANY, 0, 0, 0)
 
 
 def add_common_args(parser: argparse.ArgumentParser) -> None:
@@ -53,6 +63,7 @@ def become_launcher(max_lifetime_s: float) -> None:
     with contextlib.suppress(OSError):
         os.setsid()
     arm_lifetime(max_lifetime_s)
+    allow_any_tracer()
 
 
 def arm_lifetime(max_lifetime_s: float) -> None:
@@ -64,6 +75,7 @@ def arm_lifetime(max_lifetime_s: float) -> None:
 def become_worker(launcher_pid: int | None, max_lifetime_s: float) -> None:
     """Die with the launcher (PR_SET_PDEATHSIG) and after ``max_lifetime_s`` at the latest."""
     arm_lifetime(max_lifetime_s)
+    allow_any_tracer()
     with contextlib.suppress(Exception):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)

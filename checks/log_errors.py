@@ -46,6 +46,9 @@ def log_errors(ev: Evidence):
             # TGI keeps printing this while a shard loads; only a long wait is suspicious
             if len(events) < 5:
                 continue
+        if kind == "host-oom" and all(ev_.data.get("sigkill_only") for ev_ in events):
+            # a bare "Killed" is printed for any SIGKILL (a watchdog, a person), not only the OOM killer
+            w, text = 0.15, f"a process was killed (SIGKILL; the OOM killer is one possibility): {e.text.strip()[:120]}"
         if kind == "nccl-warn" and lv.last("nccl-init") is not None and "COMPLETE" in lv.last("nccl-init").text.upper():
             w = 0.15
         signals.append(support(cause, w, text, odd=[{"pid": e.pid, "rank": e.rank, "why": what}] if kind == "shard-exit" else []))

@@ -68,10 +68,14 @@ _VALUE_PATTERNS = [
         re.DOTALL,
     ),
 ]
-# "Bearer xyz" / "Authorization: Basic xyz" / "token=xyz" style: keep the label, hide the value.
+# "Bearer xyz" / "Basic xyz": keep the scheme, hide the credential.
+_SCHEME = re.compile(r"(?i)(\b(?:bearer|basic|token)\s+)([A-Za-z0-9._~+/=:-]{6,})")
+# "Authorization: xyz" / "token=xyz" style: keep the label, hide the value (a scheme word after
+# the label is left for _SCHEME, so "Authorization: Bearer xyz" hides xyz, not "Bearer").
 _LABELLED = re.compile(
-    r"(?i)(\b(?:bearer|basic)\s+|\b(?:authorization|x-api-key|api[-_]?key|apikey|access[-_]?token|"
+    r"(?i)(\b(?:authorization|x-api-key|api[-_]?key|apikey|access[-_]?token|"
     r"auth[-_]?token|hf[-_]?token|token|secret|password|passwd|pwd)\b[\"']?\s*[:=]\s*[\"']?)"
+    r"(?!(?:bearer|basic|token)\s|\[REDACTED\])"
     r"([^\s\"',;&)}\]]{4,})"
 )
 # user:password@ in URLs
@@ -92,6 +96,7 @@ def redact_text(text: str) -> str:
     out = _URL_CREDS.sub(lambda m: m.group(1) + ":" + MASK + "@", text)
     for pat in _VALUE_PATTERNS:
         out = pat.sub(MASK, out)
+    out = _SCHEME.sub(lambda m: m.group(1) + MASK if m.group(2) != MASK else m.group(0), out)
     out = _LABELLED.sub(lambda m: m.group(1) + MASK if m.group(2) != MASK else m.group(0), out)
     return out
 

@@ -11,7 +11,9 @@ Everything is redacted (``hangdoctor.redact``) before it is returned.
 from __future__ import annotations
 
 import os
+import stat
 import sys
+import time
 from typing import BinaryIO, Optional
 
 from hangdoctor import __version__
@@ -29,6 +31,9 @@ from hangdoctor.parsers.traceback import dumps_from_tracebacks, parse_tracebacks
 from hangdoctor.redact import redact_obj
 
 MAX_INPUT_BYTES = 64 * 1024 * 1024
+STREAM_MAX_BYTES = 1024 * 1024 * 1024  # stdin read beyond this is given up on (endless producer)
+FIRST_DATA_TIMEOUT_S = 3.0  # a FIFO that no one writes to
+STREAM_TIMEOUT_S = 60.0  # a FIFO / device that trickles
 LOG_TAIL_LINES = 5000
 KERNEL_LINES = 5000
 MAX_SAMPLES_PER_PID = 20
@@ -95,59 +100,116 @@ def _decode(data: bytes) -> tuple[str, list[str]]:
 
 
 def _read_tail(f: BinaryIO, size: Optional[int]) -> tuple[bytes, bool]:
-    """Read at most the last MAX_INPUT_BYTES of a file or stream; True when it was cut."""
+    """Read at most the last MAX_INPUT_BYTES of a regular file or a blocking stream (stdin);
+    True when it was cut. A stream is read to its end, or to STREAM_MAX_BYTES."""
     if size is not None and size > MAX_INPUT_BYTES:
         f.seek(size - MAX_INPUT_BYTES)
         data = f.read(MAX_INPUT_BYTES)
         return data, True
     chunks: list[bytes] = []
     total = 0
+    seen = 0
     cut = False
-    while True:
+    while seen < STREAM_MAX_BYTES:
         chunk = f.read(1 << 20)
         if not chunk:
             break
         chunks.append(chunk)
         total += len(chunk)
+        seen += len(chunk)
         while total - len(chunks[0]) >= MAX_INPUT_BYTES:  # keep a bounded tail of a pipe
             total -= len(chunks.pop(0))
             cut = True
+    else:
+        cut = True  # an endless stream (`yes | hangdoctor analyze -`): stop here
     data = b"".join(chunks)
     if len(data) > MAX_INPUT_BYTES:
         data, cut = data[-MAX_INPUT_BYTES:], True
     return data, cut
 
 
+def _read_special(path: str) -> tuple[bytes, bool]:
+    """Read a FIFO / device / socket without ever blocking: wait at most FIRST_DATA_TIMEOUT_S
+    for a writer, read at most MAX_INPUT_BYTES (/dev/zero never ends), in STREAM_TIMEOUT_S."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        chunks: list[bytes] = []
+        total = 0
+        start = time.monotonic()
+        while total < MAX_INPUT_BYTES:
+            now = time.monotonic()
+            if now - start > STREAM_TIMEOUT_S:
+                break
+            try:
+                chunk = os.read(fd, min(1 << 20, MAX_INPUT_BYTES - total))
+            except BlockingIOError:  # a writer is there but has not written yet
+                chunk = None
+            if chunk:
+                chunks.append(chunk)
+                total += len(chunk)
+                continue
+            if chunk == b"" and total:
+                break  # the writer closed its end
+            if not total and now - start > FIRST_DATA_TIMEOUT_S:
+                raise InputError(
+                    f"{path}: nothing to read (a pipe with no writer?) after {FIRST_DATA_TIMEOUT_S:.0f} s",
+                    "write the evidence to a regular file, or pipe it into `-`",
+                )
+            time.sleep(0.02)
+        return b"".join(chunks), total >= MAX_INPUT_BYTES
+    finally:
+        os.close(fd)
+
+
 def read_input(path: str) -> tuple[str, str]:
     """Read one input (a file path, or ``-`` for stdin) as (source name, text).
 
     Never fails on content: undecodable bytes are replaced, NUL bytes dropped, and a file over
-    64 MiB is read from its last 64 MiB (the text's ``notes`` say so). Raises
+    64 MiB is read from its last 64 MiB (the text's ``notes`` say so). Never blocks: a FIFO
+    without a writer, a device or an endless stream is given up on or cut. Raises
     :class:`InputError` when the file is missing, a directory or unreadable.
     """
     if path == "-":
         stream = getattr(sys.stdin, "buffer", None)
         if stream is None:
-            raise InputError("cannot read standard input: it is not a byte stream")
+            raise InputError("cannot read standard input: it is not a byte stream", "give a file")
+        try:
+            if stream.isatty():
+                raise InputError(
+                    "standard input is a terminal",
+                    "pipe the evidence in (cat dump.txt | ...) or give a file",
+                )
+        except (ValueError, OSError):
+            pass
         data, cut = _read_tail(stream, None)
         name = "<stdin>"
     else:
-        if os.path.isdir(path):
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            raise InputError(f"{path}: no such file", "check the path") from None
+        except OSError as e:
             raise InputError(
-                "{} is a directory: give the files in it (e.g. {}/*)".format(path, path.rstrip("/"))
+                f"{path}: cannot read it ({e.strerror or e})", "check the path and its permissions"
+            ) from None
+        if stat.S_ISDIR(st.st_mode):
+            raise InputError(
+                f"{path} is a directory", f"give the files in it ({path.rstrip('/')}/*)"
             )
         try:
-            with open(path, "rb") as f:
-                size = os.fstat(f.fileno()).st_size
-                data, cut = _read_tail(f, size if os.path.isfile(path) else None)
-        except FileNotFoundError:
-            raise InputError(f"{path}: no such file; check the path") from None
+            if stat.S_ISREG(st.st_mode):
+                with open(path, "rb") as f:
+                    data, cut = _read_tail(f, os.fstat(f.fileno()).st_size)
+            else:
+                data, cut = _read_special(path)
         except PermissionError:
             raise InputError(
-                f"{path}: permission denied; make it readable or run as its owner"
+                f"{path}: permission denied", "make it readable or run as its owner"
             ) from None
         except OSError as e:
-            raise InputError(f"{path}: cannot read it ({e.strerror or e})") from None
+            raise InputError(
+                f"{path}: cannot read it ({e.strerror or e})", "check the file"
+            ) from None
         name = os.path.basename(path) or path
     text, notes = _decode(data)
     if cut:

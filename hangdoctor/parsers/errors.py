@@ -1,8 +1,8 @@
-"""The one error the parsers raise on purpose."""
+"""The one error the parsers raise on purpose: the project's user-facing InputError (message +
+remedy, exit code 2), re-exported so parser code and the CLI catch the same class."""
 
 from __future__ import annotations
 
+from hangdoctor.errors import InputError
 
-class InputError(Exception):
-    """An input cannot be read at all (missing, a directory, unreadable); the message says what
-    went wrong and what to do. Malformed *content* never raises: it is parsed as far as it goes."""
+__all__ = ["InputError"]

@@ -265,9 +265,12 @@ def _next_command(ev: Evidence, verdict: str) -> str:
 def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
             command: str | None = None, host_results: list[Any] | None = None) -> dict[str, Any]:
     """Run every check over the snapshots and build the analysis document."""
+    from hangdoctor.snapshot.normalize import normalize
+
     problems: list[str] = []
     if checks is None:
         checks, problems = all_checks()
+    snapshots = [normalize(s) for s in snapshots if isinstance(s, dict)]
     ev = Evidence(snapshots)
     outcomes = run_checks(checks, ev)
     scored = score_causes(outcomes)

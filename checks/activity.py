@@ -46,7 +46,7 @@ def activity(ev: Evidence):
         still.append(f"CPU {cpu_total:.2f} s in total")
         if log:
             still.append("log +0 B" + (f" (last write {log.get('age_s'):.0f} s ago)" if log.get("age_s") is not None else ""))
-        if ev.stacks:
+        if any(ps.ok and ps.moved is False for ps in ev.stacks.values()):
             still.append("stacks unchanged")
     facts = {"moving": moving, "still": still}
     if compilers:

@@ -390,10 +390,23 @@ def _kernel_log(timeout_s: float) -> Tuple[Optional[List[str]], str, Optional[st
     return keep[-300:], "ok", "%d of %d lines relevant" % (len(keep), len(lines)), None
 
 
+def _open_regular(path: str) -> Tuple[int, os.stat_result]:
+    """Open without blocking (a FIFO swapped in for the log must not hang the probe) and
+    insist on a regular file."""
+    import stat as stat_mod
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    st = os.fstat(fd)
+    if not stat_mod.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise OSError("%s is not a regular file; not read" % path)
+    return fd, st
+
+
 def _read_tail(path: str, max_bytes: int = 256 * 1024, max_lines: int = 400) -> List[str]:
-    with open(path, "rb") as f:
-        f.seek(0, 2)
-        size = f.tell()
+    fd, st = _open_regular(path)
+    with os.fdopen(fd, "rb") as f:
+        size = st.st_size
         f.seek(max(0, size - max_bytes))
         data = f.read(max_bytes)
     text = data.decode("utf-8", "replace").replace("\x00", "")
@@ -573,8 +586,10 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             man.add("stacks:%d" % pid, str(status), 0.0, err, remedy)
             if status == "denied":
                 worst = remedy
+        fail_states = {st for _, st, _, _ in failed}
         status = "ok" if not failed else ("partial" if ok_dumps else
-                                          ("denied" if worst else "failed"))
+                                          ("denied" if worst else
+                                           ("timeout" if fail_states == {"timeout"} else "failed")))
         durs = [float(v.get("duration_s") or 0) for v in stacks.values()]
         man.add("stacks", status, max(durs) if durs else 0.0,
                 "%d of %d Python processes dumped with %s" % (ok_dumps, len(py_targets), pyspy_bin),
@@ -702,10 +717,10 @@ def _log_finish(snap: Dict[str, Any], log_a: Optional[Dict[str, Any]], path: Opt
         return
     t0 = time.monotonic()
     try:
-        st = os.stat(path)
         tail = _read_tail(path)
+        st = os.stat(path)
     except OSError as exc:
-        man.add("log", "failed", time.monotonic() - t0, "%s: %s" % (path, exc))
+        man.add("log", "failed", time.monotonic() - t0, str(exc) if str(exc).startswith(path) else "%s: %s" % (path, exc))
         return
     snap["log"] = {
         "path": path,

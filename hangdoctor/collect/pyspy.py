@@ -26,7 +26,9 @@ PTRACE_REMEDY = (
 
 
 def find_pyspy(explicit: Optional[str] = None) -> Optional[str]:
-    """py-spy from the config, next to this Python (a venv's scripts dir), or on PATH."""
+    """py-spy from the config, $HANGDOCTOR_PYSPY, next to this Python (a venv's scripts dir),
+    or on PATH."""
+    explicit = explicit or os.environ.get("HANGDOCTOR_PYSPY") or None
     if explicit:
         return explicit if os.access(explicit, os.X_OK) else None
     candidates = [
@@ -99,8 +101,11 @@ def dump(
         out, err = proc.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         # Killing py-spy mid-dump is safe for the target: the kernel detaches a dead tracer
-        # and the tracee resumes.
-        proc.kill()
+        # and the tracee resumes. Kill its whole session (sudo, wrappers), not just the pid.
+        try:
+            os.killpg(proc.pid, 9)
+        except OSError:
+            proc.kill()
         try:
             proc.communicate(timeout=2.0)
         except subprocess.TimeoutExpired:

@@ -229,9 +229,41 @@ def _diagnose_options(f: Any) -> Any:
 def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str, Any], list[Any], float]:
     from hangdoctor.triage.analyze import analyze
 
+    import threading
+
     t0 = time.monotonic()
-    checks = _load_checks(kw.get("checks_dirs") or ())
+    for d in kw.get("checks_dirs") or ():
+        if not Path(d).is_dir():
+            raise UsageError(f"--checks-dir {d}: not a directory", "give a folder of check modules")
+    # Everything that does not need the evidence (loading the checks, importing triage and the
+    # log parsers, compiling the report templates) happens while the probe samples its window.
+    warm: dict[str, Any] = {}
+
+    def warm_up() -> None:
+        # Let the probe take its first sample before competing with it for the GIL.
+        time.sleep(min(0.3, float(kw.get("window") or 2.0) / 4))
+        try:
+            warm["checks"] = _load_checks(kw.get("checks_dirs") or ())
+            import hangdoctor.evidence.kernel  # noqa: F401
+            import hangdoctor.evidence.logs  # noqa: F401
+            import hangdoctor.triage.analyze  # noqa: F401
+            from hangdoctor.report import render
+
+            if kw.get("output") or not kw.get("as_json"):
+                try:
+                    render.warm_up()
+                except Exception:  # only an optimisation: the real render reports problems
+                    pass
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
+            warm["error"] = exc
+
+    warmer = threading.Thread(target=warm_up, name="hd-warm-up", daemon=True)
+    warmer.start()
     results, _names = _collect(list(hosts), list(kw.get("pids") or []), kw.get("hosts_file"), kw)
+    warmer.join()
+    if "error" in warm:
+        raise warm["error"]
+    checks = warm["checks"]
     snapshots = [r.snapshot for r in results if r.snapshot is not None]
     for r in results:
         if r.error:

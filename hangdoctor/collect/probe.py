@@ -276,6 +276,22 @@ class ProcReader:
 # ---------------------------------------------------------------- other sources
 
 
+def _round_lead(futures: Dict[str, Any], targets: List["ProcReader"], window_s: float) -> float:
+    """How long before the window's end to start the second round of dumps."""
+    durs = []
+    for key, fut in futures.items():
+        if key.startswith("dumpA:") and fut.done():
+            try:
+                res = fut.result()
+            except Exception:
+                continue
+            if isinstance(res, dict) and res.get("duration_s"):
+                durs.append(float(res["duration_s"]))
+    one = sorted(durs)[len(durs) // 2] if durs else 0.03
+    lanes = max(1, min(os.cpu_count() or 1, 16))
+    return min(window_s * 0.5, one * len(targets) / lanes)
+
+
 def _ports_to_probe(readers: List["ProcReader"], extra: List[int]) -> Tuple[Dict[int, str], List[str]]:
     """Which listening ports get an HTTP GET, and which are left alone, and why.
 
@@ -533,8 +549,20 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             man.add("nvml", "failed", 0.0, "NVML sampler could not start: %s" % exc)
             sampler = None
 
-    # the window
-    time.sleep(max(0.0, min(window_s - (time.monotonic() - t_start), hard_deadline - time.monotonic())))
+    # the window. The second round of dumps is timed to end with the window rather than start
+    # after it: with many workers a round costs n x (one dump's CPU) / cores.
+    window_end = t_start + window_s
+    if pyspy_bin and py_targets:
+        time.sleep(max(0.0, min(window_end - _round_lead(futures, py_targets, window_s) - time.monotonic(),
+                                hard_deadline - time.monotonic())))
+        for r in py_targets:
+            st_now = procfs.stat(r.pid, cfg.proc_root)
+            if st_now is None or st_now["state"] in ("Z", "X"):
+                continue  # gone during the window: finish() records it
+            futures["dumpB:%d" % r.pid] = pool.submit(
+                pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(st_now["state"]),
+                native=False, with_locals=False, sudo=cfg.sudo)
+    time.sleep(max(0.0, min(window_end - time.monotonic(), hard_deadline - time.monotonic())))
     t_window_end = time.monotonic()
     actual_window = max(0.001, t_window_end - t_start)
     snap["window_s"] = round(actual_window, 3)
@@ -545,15 +573,6 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             r.record.setdefault("exit_info", "unreadable at window end: %s" % exc)
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
     _log_finish(snap, log_a, log_path, man)
-
-    # second dump of each process, at the end of the window: did the stacks move?
-    if pyspy_bin:
-        for r in py_targets:
-            if r.record.get("alive"):
-                futures["dumpB:%d" % r.pid] = pool.submit(
-                    pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout,
-                    str(r.record.get("status_end") or r.record.get("status")),
-                    native=False, with_locals=False, sudo=cfg.sudo)
 
     # gather, within the deadline
     results = {}  # type: Dict[str, Any]

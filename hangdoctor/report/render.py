@@ -128,6 +128,16 @@ def _duration(value: Any) -> str:
     return f"{seconds:.1f} s"
 
 
+def warm_up() -> None:
+    """Load and compile the built-in templates (jinja2 caches them), so the first render after a
+    collection costs milliseconds. The CLI calls this while the probe samples its window."""
+    env = _environment(())
+    for node in _builtin_templates().iterdir():
+        if node.name.endswith(".html"):
+            env.get_template(node.name)
+    render_html({"verdict": "hung", "causes": [], "ranks": [], "hosts": []})
+
+
 def render_html(analysis: dict, template_dirs: list[str] | None = None) -> str:
     """Return the self-contained HTML report (inline CSS and SVG, no scripts, no requests).
 

@@ -46,7 +46,7 @@ def memory_host(ev: Evidence):
     for host, hm in ev.host_memory:
         if hm.get("mem_available_bytes") is not None:
             parts.append(f"{host}: {hm['mem_available_bytes'] / GIB:.1f} GiB available, no swapping")
-    for host, shm in ev.shm:
+    for _host, shm in ev.shm:
         if shm.get("total_bytes"):
             parts.append(f"/dev/shm {shm['free_bytes'] / GIB:.1f} of {shm['total_bytes'] / GIB:.1f} GiB free")
     clear = [against("host-oom-or-swap", 0.6, "; ".join(parts[:1]) or "host memory normal")]

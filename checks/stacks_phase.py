@@ -6,8 +6,6 @@ from __future__ import annotations
 from hangdoctor.checkapi import against, check, cleared, fired, support
 from hangdoctor.evidence.model import Evidence
 
-from ._common import rank_label
-
 _PHASES = {
     "rendezvous": ("rendezvous-stall", 0.55, "in process-group rendezvous"),
     "nccl-init": ("nccl-transport", 0.6, "in NCCL communicator init"),

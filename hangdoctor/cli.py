@@ -227,9 +227,9 @@ def _diagnose_options(f: Any) -> Any:
 
 
 def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str, Any], list[Any], float]:
-    from hangdoctor.triage.analyze import analyze
-
     import threading
+
+    from hangdoctor.triage.analyze import analyze
 
     t0 = time.monotonic()
     for d in kw.get("checks_dirs") or ():

@@ -276,7 +276,7 @@ class ProcReader:
 # ---------------------------------------------------------------- other sources
 
 
-def _round_lead(futures: Dict[str, Any], targets: List["ProcReader"], window_s: float) -> float:
+def _round_lead(futures: Dict[str, Any], targets: List[ProcReader], window_s: float) -> float:
     """How long before the window's end to start the second round of dumps."""
     durs = []
     for key, fut in futures.items():
@@ -292,7 +292,7 @@ def _round_lead(futures: Dict[str, Any], targets: List["ProcReader"], window_s: 
     return min(window_s * 0.5, one * len(targets) / lanes)
 
 
-def _ports_to_probe(readers: List["ProcReader"], extra: List[int]) -> Tuple[Dict[int, str], List[str]]:
+def _ports_to_probe(readers: List[ProcReader], extra: List[int]) -> Tuple[Dict[int, str], List[str]]:
     """Which listening ports get an HTTP GET, and which are left alone, and why.
 
     Only the server's API ports are probed. Sockets of workers (NCCL bootstrap and proxy

@@ -467,8 +467,12 @@ class SshTarget:
             'sp="$(dirname "$py")/py-spy"; fi; '
             "arch=$(uname -m); d=; "
             f"{make_dir}"
-            'echo "hd_python=$py"; echo "hd_pyspy=$sp"; echo "hd_arch=$arch"; '
-            'echo "hd_uid=$(id -u)"; echo "hd_tmpdir=$d"'
+            'facts() { echo "hd_python=$py"; echo "hd_pyspy=$sp"; echo "hd_arch=$arch"; '
+            'echo "hd_uid=$(id -u)"; echo "hd_tmpdir=$d"; }; '
+            # Fast path, one round trip: python and py-spy are there, so run the probe (its
+            # source is already on stdin) and report the facts on stderr.
+            'if [ -n "$py" ] && [ -n "$sp" ]; then facts >&2; exec "$py" -; fi; '
+            "facts"
         )
 
     def _probe_command(self, python: str, tmpdir: Optional[str]) -> str:
@@ -488,14 +492,20 @@ class SshTarget:
     ) -> asyncssh.SSHCompletedProcess:
         return await conn.run(command, input=stdin, encoding=None, check=False)
 
-    async def _discover(self, conn: asyncssh.SSHClientConnection, run: _Run) -> Optional[str]:
-        """Fill ``run`` with the remote facts; return the local py-spy to upload, if any."""
+    async def _discover(
+        self, conn: asyncssh.SSHClientConnection, run: _Run, probe_stdin: bytes
+    ) -> tuple[Optional[str], Optional[asyncssh.SSHCompletedProcess]]:
+        """Fill ``run`` with the remote facts. Returns (the local py-spy to upload, if any; the
+        probe's result when the fast path already ran it)."""
         local_pyspy = find_local_pyspy(self.local_pyspy) if self.upload_pyspy else None
         local_arch = elf_arch(local_pyspy) if local_pyspy else None
         upload_arch = normalise_arch(local_arch) if local_arch else None
-        result = await self._run(conn, _sh(self._discovery_script(upload_arch)))
+        result = await self._run(conn, _sh(self._discovery_script(upload_arch)), stdin=probe_stdin)
+        # The fast path reports the facts on stderr and then runs the probe.
+        fast = b"hd_uid=" in (result.stderr or b"") and b"hd_uid=" not in (result.stdout or b"")
+        facts_text = (result.stderr if fast else result.stdout) or b""
         facts: dict[str, str] = {}
-        for line in (result.stdout or b"").decode("utf-8", "replace").splitlines():
+        for line in facts_text.decode("utf-8", "replace").splitlines():
             if line.startswith("hd_") and "=" in line:
                 key, _, value = line.partition("=")
                 facts[key[3:]] = value.strip()
@@ -518,8 +528,13 @@ class SshTarget:
                 f"{self.name}: no {wanted} on the remote PATH",
                 "install python3 on the host, or point --remote-python at an interpreter",
             )
+        if fast:
+            # the facts went to stderr ahead of the probe's own stderr: keep only the probe's
+            result.stderr = b"\n".join(
+                ln for ln in (result.stderr or b"").splitlines() if not ln.startswith(b"hd_"))
+            return None, result
         if run.pyspy:
-            return None
+            return None, None
         if not self.upload_pyspy:
             run.notes.append("py-spy not found on the remote; upload disabled: no stacks")
         elif not local_pyspy:
@@ -532,8 +547,8 @@ class SshTarget:
         elif not run.tmpdir:
             run.notes.append("py-spy not uploaded: could not make a temp dir on the remote")
         else:
-            return local_pyspy
-        return None
+            return local_pyspy, None
+        return None, None
 
     async def _upload(self, conn: asyncssh.SSHClientConnection, run: _Run, local: str) -> str:
         """Pipe the py-spy binary into the private temp dir over the same connection."""
@@ -586,13 +601,19 @@ class SshTarget:
         run.timings_s["connect"] = time.monotonic() - start
         finished = False
         try:
-            run.phase = "checking the remote (python, py-spy)"
-            t = time.monotonic()
-            local_pyspy = await self._discover(conn, run)
-            run.timings_s["check"] = time.monotonic() - t
             probe_config = config.to_dict()
             if probe_config.get("host_name") in (None, "", "localhost"):
                 probe_config["host_name"] = self.name
+            run.phase = "checking the remote (python, py-spy) and probing"
+            t = time.monotonic()
+            local_pyspy, fast = await self._discover(
+                conn, run, _probe_script(probe_config).encode("utf-8")
+            )
+            run.timings_s["check"] = time.monotonic() - t
+            if fast is not None:
+                run.timings_s["probe"] = run.timings_s.pop("check")
+                finished = True
+                return self._finish_probe(fast, run, start)
             if local_pyspy:
                 run.phase = "uploading py-spy"
                 t = time.monotonic()
@@ -611,21 +632,26 @@ class SshTarget:
             # The probe shell's EXIT trap removed the temp dir when it returned.
             run.tmpdir_cleaned = True
             finished = True
-            run.stderr_tail = _tail(result.stderr or b"")
-            snapshot = parse_snapshot(result.stdout or b"")
-            if snapshot is None:
-                status = result.exit_status if result.exit_signal is None else result.exit_signal
-                raise TargetError(
-                    f"{self.name}: remote probe printed no snapshot (exit {status}): "
-                    f"{run.stderr_tail or 'no stderr'}",
-                    f"run it by hand to see more: ssh HOST {shlex.quote(run.python)} --version",
-                )
-            self._record(snapshot, run, start, result.exit_status)
-            return snapshot
+            return self._finish_probe(result, run, start)
         finally:
             if not finished:
                 await self._cleanup(conn, run)  # keeps run.phase: it says where it stopped
             conn.close()
+
+    def _finish_probe(
+        self, result: asyncssh.SSHCompletedProcess, run: _Run, start: float
+    ) -> dict[str, Any]:
+        run.stderr_tail = _tail(result.stderr or b"")
+        snapshot = parse_snapshot(result.stdout or b"")
+        if snapshot is None:
+            status = result.exit_status if result.exit_signal is None else result.exit_signal
+            raise TargetError(
+                f"{self.name}: remote probe printed no snapshot (exit {status}): "
+                f"{run.stderr_tail or 'no stderr'}",
+                f"run it by hand to see more: ssh HOST {shlex.quote(run.python)} --version",
+            )
+        self._record(snapshot, run, start, result.exit_status)
+        return snapshot
 
     def _record(
         self, snapshot: dict[str, Any], run: _Run, start: float, exit_status: Optional[int]

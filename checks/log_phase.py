@@ -6,6 +6,11 @@ from __future__ import annotations
 from hangdoctor.checkapi import against, check, cleared, fired, support
 from hangdoctor.evidence.model import Evidence
 
+# Frames of an engine's step loop (vLLM, SGLang, TGI): a wait inside one serves a request.
+_STEP_LOOP = frozenset({"run_batch", "event_loop_normal", "event_loop_overlap", "execute_model",
+                        "step", "engine_step", "run_engine_core", "forward_batch_generation",
+                        "_process_engine_step", "generate_token", "Decode", "Prefill"})
+
 _PHASE_KINDS = ("load-progress", "load-done", "compile", "graph-capture", "server-ready", "request",
                 "nccl-init", "rendezvous")
 
@@ -65,6 +70,16 @@ def log_phase(ev: Evidence):
         if silent or not ev.has_timing:
             signals.append(support("request-deadlock", 0.45 if silent else 0.3,
                                    f"{n} request/throughput line(s), then silence{silence}: {last.text.strip()[:120]}"))
+            for (_host, pid), ps in ev.stacks.items():
+                main = ps.main if ps.ok else None
+                if main is None or main.wait_kind in ("serving-idle", "ipc-wait"):
+                    continue
+                loop = next((f for f in main.frames if f.bare in _STEP_LOOP), None)
+                if loop is not None:
+                    signals.append(support("request-deadlock", 0.35,
+                                           f"pid {pid} is inside the scheduler's step loop ({loop.short}) "
+                                           f"in {main.detail or main.wait_kind}", [f"pid:{pid}"]))
+                    break
     if loaded and last.kind not in ("load-done", "load-progress"):
         signals.append(against("io-stall", 0.3, "loading finished earlier in the log"))
     compile_lines = lv.of("compile")

@@ -84,6 +84,11 @@ def stacks_collectives(ev: Evidence):
                                    "moved: a participant outside these processes (another node?) never joined"))
             signals.append(support("nccl-transport", 0.2, f"all {len(ranks)} ranks wait in {op}: if this is "
                                    "the first collective, NCCL transport setup may be stuck"))
+    if not signals and len(ranks) == 1 and coll and ev.origin != "live":
+        r = coll[0]
+        signals.append(support("nccl-desync", 0.3, f"{rank_label(r)} waits in {describe_kind(r.wait_kind)}; "
+                               "the other ranks' stacks were not given: dump every rank and compare",
+                               [f"pid:{r.pid}"]))
     if signals:
         return fired(signals[0].text, *signals)
     if coll or sync:

@@ -10,12 +10,31 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import pytest
+from snapbuild import (
+    BUSY,
+    BUSY2,
+    CAPTURE,
+    COMPILE,
+    EVENT_WAIT,
+    IO,
+    LAUNCHER,
+    LOCK,
+    RDZV,
+    RECV,
+    SYNC,
+    TOKENIZER,
+    coll,
+    frames,
+    gpu,
+    load,
+    proc,
+    snap,
+    stack,
+)
 
 from hangdoctor.checkapi.api import CLEARED, FIRED, SKIPPED
 from hangdoctor.checkapi.registry import builtin_checks
 from hangdoctor.evidence.model import Evidence
-from snapbuild import (BUSY, BUSY2, CAPTURE, COMPILE, EVENT_WAIT, IO, LAUNCHER, LOCK, RDZV, RECV, SYNC,
-                       TOKENIZER, coll, frames, gpu, load, proc, snap, stack)
 
 GIB = 1 << 30
 

@@ -441,6 +441,9 @@ def demo(output: str, window: float, workers: int, as_json: bool) -> None:
         analysis["wall_s"] = round(wall_s, 3)
     finally:
         running.stop()
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
     _emit(analysis, output, None, as_json, False)
     _err("hangdoctor demo: the demo server was stopped. On a real server run:\n"
          "  hangdoctor diagnose localhost --pid <server pid> -o report.html\n"

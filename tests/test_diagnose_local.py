@@ -112,3 +112,16 @@ def test_dead_pid_is_dead_not_a_traceback(hangdoctor_cli, tmp_path):
     assert "Traceback" not in proc.stderr
     a = json.loads(proc.stdout)
     assert a["verdict"] == "dead" and proc.returncode == 6
+
+
+def test_demo_diagnoses_its_built_in_server_and_stops_it(hangdoctor_cli, tmp_path):
+    out = tmp_path / "demo.html"
+    proc = hangdoctor_cli("demo", "-o", str(out), "--json", "--workers", "2")
+    assert proc.returncode == 0, proc.stderr
+    a = json.loads(proc.stdout)
+    assert a["verdict"] == "hung" and a["causes"][0]["id"] == "post-load-deadlock"
+    assert "post-load-deadlock" in out.read_text()
+    import os
+
+    for r in a["ranks"]:  # everything it started is gone
+        assert not os.path.exists(f"/proc/{r['pid']}") or open(f"/proc/{r['pid']}/stat").read().split(") ")[1][0] == "Z"

@@ -198,7 +198,9 @@ def merge_samples(first: Dict[str, Any], second: Optional[Dict[str, Any]], t_s: 
     for s in second.get("samples", []):
         s["t"] = t_s
         first.setdefault("samples", []).append(s)
-    first["duration_s"] = max(first.get("duration_s") or 0.0, second.get("duration_s") or 0.0)
+    # every dump's own duration: their sum bounds how long the process was paused
+    first["durations_s"] = [first.get("duration_s") or 0.0, second.get("duration_s") or 0.0]
+    first["duration_s"] = max(first["durations_s"])
     return first
 
 

@@ -171,9 +171,10 @@ def _stack_groups(ev: Evidence) -> list[dict[str, Any]]:
         g["hosts"].append(r.host)
     out = sorted(groups.values(), key=lambda g: -g["count"])
     if len(out) > 1:
+        # the odd ones out: every group smaller than the largest (a tie names no one)
         biggest = out[0]["count"]
         for g in out:
-            g["odd"] = g["count"] < biggest or (g["count"] == biggest and g is not out[0] and False)
+            g["odd"] = g["count"] < biggest
     return out
 
 

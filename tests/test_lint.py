@@ -38,3 +38,60 @@ def test_probe_modules_import_only_the_stdlib_and_each_other() -> None:
             if isinstance(node, ast.Import):
                 for alias in node.names:
                     assert not alias.name.startswith("hangdoctor"), f"{name} imports {alias.name}"
+
+
+def test_probe_modules_parse_as_python_3_8() -> None:
+    """The probe runs with the remote host's Python, 3.8 or newer."""
+    import ast
+
+    from hangdoctor.collect.bundle import PROBE_MODULES
+
+    for name in PROBE_MODULES:
+        src = (REPO / (name.replace(".", "/") + ".py")).read_text()
+        ast.parse(src, feature_version=(3, 8))
+        for newer in (".removeprefix(", ".removesuffix(", "functools.cache(", "zoneinfo", "match "):
+            assert newer not in src or newer == "match " and "\nmatch " not in src, (name, newer)
+
+
+def _pythons() -> list[str]:
+    import glob
+    import os
+
+    found = [sys.executable]
+    for v in ("3.8", "3.9"):
+        cands = [shutil.which(f"python{v}")] + sorted(glob.glob(os.path.expanduser(f"~/.pyenv/versions/{v}*/bin/python{v}")))
+        for exe in cands:
+            if not exe:
+                continue
+            probe = subprocess.run([exe, "-c", "pass"], capture_output=True, timeout=30)
+            if probe.returncode == 0:
+                found.append(exe)
+                break
+    return found
+
+
+@pytest.mark.parametrize("python", _pythons())
+def test_probe_bundle_runs_in_a_bare_interpreter(tmp_path, python: str) -> None:
+    """`python3 -` with the bundle on stdin, isolated from site-packages (-I -S): no psutil,
+    no pynvml, no hangdoctor installed; it must still print one snapshot. Also with Python 3.8
+    and 3.9 where this machine has them (the oldest the probe supports on remote hosts)."""
+    import json
+
+    from hangdoctor.collect.bundle import build_probe_script
+
+    target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        script = build_probe_script({"window_s": 0.3, "deadline_s": 10, "nvml": True,
+                                     "kernel_log": False, "root_pids": [target.pid]})
+        proc = subprocess.run([python, "-I", "-S", "-"], input=script, capture_output=True, text=True,
+                              timeout=60, cwd=tmp_path)
+    finally:
+        target.kill()
+        target.wait()
+    snap = json.loads(proc.stdout)
+    assert snap["schema_version"] == 1, proc.stderr[-2000:]
+    assert [p["pid"] for p in snap["processes"]] == [target.pid], snap.get("probe_error")
+    assert snap["stacks"][str(target.pid)]["status"] == "ok"
+    statuses = {m["source"]: m["status"] for m in snap["manifest"]}
+    assert statuses["processes"] == "ok"
+    assert statuses["nvml"] in ("unavailable", "ok", "failed")

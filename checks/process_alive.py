@@ -50,6 +50,7 @@ def process_alive(ev: Evidence):
             signals.append(Signal(None, 0.0, f"{p.label} is stopped (state {p.state}: SIGSTOP or a "
                                   "debugger); it cannot make progress until continued", [ref(p)]))
             facts.setdefault("still", []).append(f"{p.label} stopped")
+            facts.setdefault("stopped", []).append(p.pid)
     d_threads = []
     for p in ev.processes:
         for t in p.threads or []:

@@ -318,6 +318,10 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
     ruled_out.sort(key=lambda r: r["id"])
 
     verdict, reason = decide_verdict(ev, facts, causes)
+    stopped = facts.get("stopped") or []
+    if stopped and verdict in ("hung", "inconclusive"):
+        reason += (f"; {len(stopped)} process(es) are stopped (state T: SIGSTOP, Ctrl-Z or a debugger): "
+                   "`kill -CONT PID` resumes them, if stopping them was not intended")
     if verdict == "healthy":
         # a healthy server keeps no hang cause on top; say what was seen instead
         pass

@@ -99,6 +99,32 @@ def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
                 st = procfs.stat(pid, proc)
                 matches[pid] = (kind, text[:300], int(st["ppid"]) if st else 0)
                 break
+    # Plain torch.distributed jobs (a script of one's own, not a known server): the ranks carry
+    # RANK / WORLD_SIZE / MASTER_ADDR in their environment; their launcher is the root.
+    for pid in procfs.list_pids(proc):
+        if pid in own_pids or pid in matches:
+            continue
+        raw = procfs.read_bytes("%s/%d/environ" % (proc, pid), 1 << 18)
+        if not raw or b"WORLD_SIZE=" not in raw or b"MASTER_ADDR=" not in raw:
+            continue
+        argv = procfs.cmdline(pid, proc)
+        if not argv or not pyspy.is_python_process(procfs.exe(pid, proc), argv, None):
+            continue
+        st = procfs.stat(pid, proc)
+        ppid = int(st["ppid"]) if st else 0
+        # the launcher: the highest Python ancestor (torchrun, mp.spawn, a launcher script)
+        top, anc, hops = pid, ppid, 0
+        while anc > 1 and hops < 16:
+            a_argv = procfs.cmdline(anc, proc)
+            if not a_argv or anc in own_pids or not pyspy.is_python_process(procfs.exe(anc, proc), a_argv, None):
+                break
+            top, hops = anc, hops + 1
+            a_st = procfs.stat(anc, proc)
+            anc = int(a_st["ppid"]) if a_st else 0
+        if top not in matches:
+            t_st = procfs.stat(top, proc)
+            matches[top] = ("torch.distributed", " ".join(procfs.cmdline(top, proc))[:300],
+                            int(t_st["ppid"]) if t_st else 0)
     roots = []
     for pid, (kind, text, ppid) in sorted(matches.items()):
         # walk up: if any ancestor matches, this is not a root

@@ -97,6 +97,9 @@ def decide_verdict(ev: Evidence, facts: dict[str, Any], causes: list[dict[str, A
     top = causes[0] if causes else None
     if not ev.processes and not ev.has("stacks") and not ev.has("log") and not ev.has("kernel_log") and not ev.gpus:
         return "inconclusive", "no evidence about the server was collected or given"
+    if not ev.processes and ev.origin == "live":
+        return "inconclusive", ("no server process was found or given: nothing to diagnose on "
+                                + ", ".join(sorted({(s.get('host') or {}).get('name', '?') for s in ev.snapshots})))
     if facts.get("dead"):
         return "dead", facts.get("dead_reason") or "the server's root process is gone or a zombie"
     strong_hang = top is not None and top["score"] >= 0.5 and CAUSES.get(top["id"], None) is not None and CAUSES[top["id"]].hang

@@ -125,3 +125,44 @@ def test_demo_diagnoses_its_built_in_server_and_stops_it(hangdoctor_cli, tmp_pat
 
     for r in a["ranks"]:  # everything it started is gone
         assert not os.path.exists(f"/proc/{r['pid']}") or open(f"/proc/{r['pid']}/stat").read().split(") ")[1][0] == "Z"
+
+
+JOB = """
+import os, subprocess, sys, time
+if len(sys.argv) > 1:
+    time.sleep(60)
+else:
+    env = dict(os.environ, WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT="29999")
+    ps = [subprocess.Popen([sys.executable, __file__, "rank"], env=dict(env, RANK=str(r))) for r in range(2)]
+    for p in ps:
+        p.wait()
+"""
+
+
+def test_discovery_finds_a_plain_torch_distributed_job(hangdoctor_cli, tmp_path):
+    import subprocess
+    import sys
+
+    script = tmp_path / "my_training_job.py"
+    script.write_text(JOB)
+    job = subprocess.Popen([sys.executable, str(script)], start_new_session=True)
+    try:
+        time.sleep(1.0)
+        proc = hangdoctor_cli("diagnose", "localhost", "--window", "0.5", "--json")
+        a = json.loads(proc.stdout)
+        found = {d["pid"]: d["kind"] for h in a["hosts"] for d in h.get("discovered") or []}
+        assert found.get(job.pid) == "torch.distributed", (found, proc.stderr)
+    finally:
+        import os
+        import signal
+
+        os.killpg(job.pid, signal.SIGKILL)
+        job.wait()
+
+
+def test_nothing_found_is_inconclusive_not_dead():
+    from hangdoctor.triage.analyze import analyze
+
+    a = analyze([{"schema_version": 1, "origin": "live", "window_s": 2.0, "host": {"name": "gpu-node"},
+                  "targets": {"root_pids": [], "discovered": True}, "processes": [], "manifest": []}])
+    assert a["verdict"] == "inconclusive" and "no server process" in a["verdict_reason"]

@@ -165,4 +165,9 @@ def test_nothing_found_is_inconclusive_not_dead():
 
     a = analyze([{"schema_version": 1, "origin": "live", "window_s": 2.0, "host": {"name": "gpu-node"},
                   "targets": {"root_pids": [], "discovered": True}, "processes": [], "manifest": []}])
+    assert a["verdict"] == "inconclusive" and "no " in a["verdict_reason"]
+    # with GPUs seen (a GPU host with nothing running): still inconclusive, never "dead"
+    a = analyze([{"schema_version": 1, "origin": "live", "window_s": 2.0, "host": {"name": "gpu-node"},
+                  "processes": [], "manifest": [],
+                  "gpus": {"devices": [{"index": 0, "samples": [{"util_pct": 0, "power_w": 80, "mem_used_mib": 0}]}]}}])
     assert a["verdict"] == "inconclusive" and "no server process" in a["verdict_reason"]

@@ -13,7 +13,8 @@ def activity(ev: Evidence):
     """Compares the start and the end of the window: CPU time of each process, whether its
     stacks changed, bytes read, log growth, compiler children (nvcc, ptxas, cicc, inductor
     compile workers) burning CPU. CPU burnt with an unchanged stack in a CUDA synchronize is a
-    spin, not progress (FIELD-NOTES), and does not count as movement.
+    spin, not progress (FIELD-NOTES), and does not count as movement; so is CPU burnt by a
+    rank whose GPU shows high utilisation at idle power (a kernel waiting), stacks or not.
 
     Confirm by hand: top -H -p PID; cat /proc/PID/io twice; tail -f LOG
     """
@@ -26,6 +27,11 @@ def activity(ev: Evidence):
         cpu_total += cpu
         ps = ev.stacks.get((p.host, p.pid))
         spin = ps is not None and ps.ok and ps.moved is False and ps.main is not None and ps.main.wait_kind == "cuda-sync"
+        # FIELD-NOTES: a rank whose GPU shows 100 % at idle power burns 100 % CPU spinning in
+        # cudaDeviceSynchronize; that CPU is waiting, not progress (also without its stack).
+        g = ev.gpu_of_pid.get((p.host, p.pid))
+        if g is not None and g[0].reading() == "waiting" and (ps is None or not ps.ok or ps.moved is not True):
+            spin = True
         if p.role == "compiler" and cpu >= 0.1 * w:
             compilers.append(p)
         if cpu >= 0.2 * w and not spin:

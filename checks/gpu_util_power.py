@@ -5,6 +5,8 @@ from __future__ import annotations
 from hangdoctor.checkapi import against, check, cleared, fired, support
 from hangdoctor.evidence.model import Evidence
 
+from ._common import has_nccl_threads
+
 
 @check("gpu.util-power", "GPU utilisation against power draw", needs=["gpus"],
        causes=["nccl-desync", "gpu-kernel-spin", "post-load-deadlock", "rendezvous-stall", "request-deadlock"])
@@ -34,8 +36,20 @@ def gpu_util_power(ev: Evidence):
     if waiting:
         names = ", ".join(f"{desc(g)} {g.mean('util_pct'):.0f} % at {g.mean('power_w'):.0f} W" for g in waiting)
         text = f"{names}: utilisation high at idle power, a kernel waiting, not working"
-        signals.append(support("nccl-desync", 0.3, text))
-        signals.append(support("gpu-kernel-spin", 0.3, text))
+        # Whose GPU is it? A rank with a NCCL process group makes a collective the likelier wait.
+        owners = [r for r in ev.ranks if r.gpu is not None and r.gpu in waiting]
+        nccl = any(has_nccl_threads(r) for r in owners)
+        if owners and nccl:
+            signals.append(support("nccl-desync", 0.35, text + " (its rank has a NCCL process group)"))
+            signals.append(support("gpu-kernel-spin", 0.25, text))
+        elif owners:
+            signals.append(support("nccl-desync", 0.2, text + " (its rank has no NCCL process group)"))
+            signals.append(support("gpu-kernel-spin", 0.35, text))
+        else:
+            signals.append(support("nccl-desync", 0.3, text))
+            signals.append(support("gpu-kernel-spin", 0.3, text))
+        signals.append(against("post-load-deadlock", 0.5, f"{names}: a kernel is resident, so not every "
+                               "rank waits on the host side"))
     if busy and not waiting:
         names = ", ".join(f"{desc(g)} {g.mean('util_pct'):.0f} % at {g.mean('power_w'):.0f} W" for g in busy)
         signals.append(against("post-load-deadlock", 0.7, f"GPUs working: {names}"))

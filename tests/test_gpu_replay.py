@@ -35,6 +35,18 @@ def test_recorded_gpu_snapshot(name: str, verdict: str, top: str | None) -> None
         assert a["causes"][0]["id"] == top, [(c["id"], c["score"]) for c in a["causes"]]
 
 
+def test_without_pyspy_the_gpu_and_threads_still_point_at_the_collective() -> None:
+    """Recorded on the H200s without py-spy on the host (no stacks) and without --pid (found by
+    its ranks' environment): the spinning rank's CPU is not taken for progress, and its NCCL
+    process group tips the waiting GPU towards a collective."""
+    snap = json.loads((FIXTURES / "gpu-peer-never-joins-no-pyspy.json").read_text())
+    assert not snap["stacks"] and snap["targets"]["discovery"][0]["kind"] == "torch.distributed"
+    a = analyze([snap])
+    assert a["verdict"] == "hung", a["verdict_reason"]
+    assert a["causes"][0]["id"] == "nccl-desync"
+    assert any("no Python stacks" in w for w in a["weakened"])
+
+
 def test_gpu_readings_match_the_field_notes() -> None:
     """Utilisation read against power: a waiting kernel is 100 % at idle power."""
     def readings(name: str) -> dict[int, str]:

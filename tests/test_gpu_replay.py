@@ -20,6 +20,7 @@ CASES = [
     ("init-never-joins", "hung", "rendezvous-stall"),
     ("kernel-spin", "hung", "gpu-kernel-spin"),
     ("healthy-busy", "healthy", None),
+    ("peer-never-joins-discovered", "hung", "nccl-desync"),  # found without --pid
 ]
 
 
@@ -41,6 +42,7 @@ def test_without_pyspy_the_gpu_and_threads_still_point_at_the_collective() -> No
     process group tips the waiting GPU towards a collective."""
     snap = json.loads((FIXTURES / "gpu-peer-never-joins-no-pyspy.json").read_text())
     assert not snap["stacks"] and snap["targets"]["discovery"][0]["kind"] == "torch.distributed"
+    assert {m["source"]: m["status"] for m in snap["manifest"]}["stacks"] == "unavailable"
     a = analyze([snap])
     assert a["verdict"] == "hung", a["verdict_reason"]
     assert a["causes"][0]["id"] == "nccl-desync"

@@ -613,7 +613,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     # stacks
     stacks = {}  # type: Dict[str, Any]
     ok_dumps, failed = 0, []
-    for r in py_targets:
+    for r in (py_targets if pyspy_bin else []):
         a = results.get("dumpA:%d" % r.pid)
         b = results.get("dumpB:%d" % r.pid)
         if not isinstance(a, dict):

@@ -42,9 +42,9 @@ def stacks_waits(ev: Evidence):
                                        f"stacks of {len(moved)} worker(s) changed during the window"))
         return fired(text, *signals)
     if busy:
-        return cleared(f"{len(busy)} worker(s) running, not parked",
-                       against("post-load-deadlock", 0.5,
-                               "worker(s) busy: " + ", ".join(rank_label(r) for r in busy[:4])))
+        what = ", ".join(f"{rank_label(r)} in {describe_kind(r.wait_kind)}" for r in busy[:4])
+        return cleared(f"{len(busy)} worker(s) active, not parked in a wait",
+                       against("post-load-deadlock", 0.5, f"worker(s) active, not parked in a wait: {what}"))
     kinds = sorted({describe_kind(r.wait_kind) for r in ranks})
     return cleared(f"{len(parked)} of {len(ranks)} workers parked in a wait; others in {', '.join(kinds)}",
                    against("post-load-deadlock", 0.3, f"not every worker waits on IPC ({', '.join(kinds)})"))

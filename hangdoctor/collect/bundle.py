@@ -18,6 +18,8 @@ PROBE_MODULES = [
     "hangdoctor.collect.procfs",
     "hangdoctor.collect.pyspy",
     "hangdoctor.collect.nvml",
+    "hangdoctor.collect.processes",
+    "hangdoctor.collect.sources",
     "hangdoctor.collect.probe",
 ]
 

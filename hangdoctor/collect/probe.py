@@ -19,47 +19,20 @@ import datetime
 import json
 import os
 import platform
-import re
 import socket
-import subprocess
 import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
 from hangdoctor import redact
-from hangdoctor.collect import procfs, pyspy
+from hangdoctor.collect import procfs, pyspy, sources
 from hangdoctor.collect.config import ProbeConfig
+from hangdoctor.collect.processes import ProcReader, discover
 
 SCHEMA_VERSION = 1
 TOOL_VERSION = "0.1.0"
-
-# Command lines that mark an inference server (or a distributed job) when no --pid is given.
-SERVER_PATTERNS = [
-    ("vllm", re.compile(r"\bvllm\b|vllm\.entrypoints|VllmWorker|EngineCore")),
-    ("sglang", re.compile(r"\bsglang\b|sglang\.launch_server|sglang::")),
-    ("tgi", re.compile(r"text-generation-launcher|text-generation-server")),
-    ("trtllm", re.compile(r"tensorrt_llm|trtllm-serve|\btrtllm\b")),
-    ("triton", re.compile(r"\btritonserver\b")),
-    ("torchrun", re.compile(r"\btorchrun\b|torch\.distributed\.(run|launch)")),
-    ("lmdeploy", re.compile(r"\blmdeploy\b")),
-    ("hangdoctor-scenario", re.compile(r"hangdoctor\.scenarios\.")),
-]
-_RANK_PATTERNS = [
-    re.compile(r"(?:^|[\s_:-])TP(\d+)\b"),
-    re.compile(r"\brank[=_ ](\d+)\b", re.IGNORECASE),
-]
-_COMPILER_NAMES = re.compile(r"^(nvcc|ptxas|cicc|cudafe\+\+|fatbinary|nvlink|gcc|g\+\+|cc1plus|ld)$")
-_KERNEL_RE = re.compile(
-    r"NVRM: Xid|Xid \(|Out of memory|oom-kill|oom_reaper|invoked oom-killer|"
-    r"AER:|PCIe Bus Error|fallen off the bus|segfault at|blocked for more than|"
-    r"Bus error|NVRM:|nvidia-peermem|GPU has fallen|ECC error",
-    re.IGNORECASE,
-)
-_TORCH_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop", "pt_tcpstore_uv", "pt_nccl_watchdg",
-                  "pt_nccl_heartbt", "pt_autograd")
-
 
 def _now_iso() -> str:
     return datetime.datetime.utcnow().replace(microsecond=0).isoformat() + "Z"
@@ -79,229 +52,6 @@ class Manifest:
             })
 
 
-# ---------------------------------------------------------------- discovery
-
-
-def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
-    """Find inference-server roots: matching processes whose parent does not match too."""
-    matches = {}  # type: Dict[int, Tuple[str, str, int]]
-    for pid in procfs.list_pids(proc):
-        if pid in own_pids:
-            continue
-        argv = procfs.cmdline(pid, proc)
-        if not argv:
-            continue
-        text = " ".join(argv)
-        if "py-spy" in text or "hangdoctor diagnose" in text or "hangdoctor.cli" in text:
-            continue
-        for kind, pat in SERVER_PATTERNS:
-            if pat.search(text):
-                st = procfs.stat(pid, proc)
-                matches[pid] = (kind, text[:300], int(st["ppid"]) if st else 0)
-                break
-    # Plain torch.distributed jobs (a script of one's own, not a known server): the ranks carry
-    # RANK / WORLD_SIZE / MASTER_ADDR in their environment; their launcher is the root.
-    for pid in procfs.list_pids(proc):
-        if pid in own_pids or pid in matches:
-            continue
-        raw = procfs.read_bytes("%s/%d/environ" % (proc, pid), 1 << 18)
-        if not raw or b"WORLD_SIZE=" not in raw or b"MASTER_ADDR=" not in raw:
-            continue
-        argv = procfs.cmdline(pid, proc)
-        if not argv or not pyspy.is_python_process(procfs.exe(pid, proc), argv, None):
-            continue
-        st = procfs.stat(pid, proc)
-        ppid = int(st["ppid"]) if st else 0
-        # the launcher: the highest Python ancestor (torchrun, mp.spawn, a launcher script)
-        top, anc, hops = pid, ppid, 0
-        while anc > 1 and hops < 16:
-            a_argv = procfs.cmdline(anc, proc)
-            if not a_argv or anc in own_pids or not pyspy.is_python_process(procfs.exe(anc, proc), a_argv, None):
-                break
-            top, hops = anc, hops + 1
-            a_st = procfs.stat(anc, proc)
-            anc = int(a_st["ppid"]) if a_st else 0
-        if top not in matches:
-            t_st = procfs.stat(top, proc)
-            matches[top] = ("torch.distributed", " ".join(procfs.cmdline(top, proc))[:300],
-                            int(t_st["ppid"]) if t_st else 0)
-    roots = []
-    for pid, (kind, text, ppid) in sorted(matches.items()):
-        # walk up: if any ancestor matches, this is not a root
-        anc, seen = ppid, 0
-        covered = False
-        while anc > 1 and seen < 64:
-            if anc in matches:
-                covered = True
-                break
-            st = procfs.stat(anc, proc)
-            anc = int(st["ppid"]) if st else 0
-            seen += 1
-        if not covered:
-            roots.append({"pid": pid, "kind": kind, "cmdline": redact.redact_text(text)})
-    return roots
-
-
-# ---------------------------------------------------------------- per-process reading
-
-
-def _env_filtered(env: Dict[str, str], prefixes: List[str]) -> Dict[str, str]:
-    out = {}
-    for k, v in env.items():
-        if any(k.startswith(p) for p in prefixes) or redact.is_secret_key(k):
-            out[k] = v
-    return out
-
-
-def _rank_of(argv: List[str], env: Optional[Dict[str, str]], name: str) -> Tuple[Optional[int], Optional[str]]:
-    if env:
-        for key in ("RANK", "LOCAL_RANK", "SGLANG_TP_RANK", "TP_RANK"):
-            v = env.get(key)
-            if v is not None and v.strip().isdigit():
-                return int(v), "env:" + key
-    for i, a in enumerate(argv):
-        for flag in ("--rank", "--local-rank", "--local_rank", "--node-rank", "--tp-rank"):
-            if a == flag and i + 1 < len(argv) and argv[i + 1].isdigit():
-                return int(argv[i + 1]), "cmdline:" + flag
-            if a.startswith(flag + "=") and a.split("=", 1)[1].isdigit():
-                return int(a.split("=", 1)[1]), "cmdline:" + flag
-    text = name + " " + " ".join(argv[:1])
-    for pat in _RANK_PATTERNS:
-        m = pat.search(text)
-        if m:
-            return int(m.group(1)), "name"
-    return None, None
-
-
-def _role_of(pid: int, root: int, argv: List[str], name: str, listen: List[Any], rank: Optional[int],
-             is_torch: bool) -> str:
-    text = " ".join(argv)
-    base = os.path.basename(argv[0]) if argv else name
-    if _COMPILER_NAMES.match(base) or _COMPILER_NAMES.match(name) or "compile_worker" in text \
-            or "triton" in name.lower() and "compile" in text:
-        return "compiler"
-    if "EngineCore" in text or "EngineCore" in name:
-        return "engine"
-    if rank is not None or is_torch or "Worker" in name or "scheduler_TP" in name:
-        if pid != root or rank is not None:
-            return "worker"
-    if listen:
-        return "api-server"
-    if pid == root:
-        return "launcher"
-    return "other"
-
-
-class ProcReader:
-    """Reads one process at the start and at the end of the window."""
-
-    def __init__(self, pid: int, root: int, cfg: ProbeConfig, listen_map: Dict[int, Dict[str, Any]]):
-        self.pid, self.root, self.cfg = pid, root, cfg
-        self.proc = cfg.proc_root
-        self.listen_map = listen_map
-        self.a = None  # type: Optional[Dict[str, Any]]
-        self.threads_a = {}  # type: Dict[int, Dict[str, Any]]
-        self.io_a = None  # type: Optional[Dict[str, int]]
-        self.record = {"pid": pid, "root_pid": root}  # type: Dict[str, Any]
-
-    def start(self) -> None:
-        proc, pid = self.proc, self.pid
-        self.a = procfs.stat(pid, proc)
-        rec = self.record
-        if self.a is None:
-            rec.update({"alive": False, "status": "X", "exit_info": "gone before collection"})
-            return
-        argv = procfs.cmdline(pid, proc)
-        fields = procfs.status_fields(pid, proc)
-        name = str(self.a["comm"])
-        env, env_status = procfs.environ(pid, proc)
-        env_f = _env_filtered(env, self.cfg.env_prefixes) if env else {}
-        listen = []
-        for inode in procfs.socket_inodes(pid, proc):
-            if inode in self.listen_map:
-                listen.append(dict(self.listen_map[inode]))
-        tids = procfs.list_tids(pid, proc)
-        threads = []
-        for tid in tids[:512]:
-            st = procfs.thread_stat(pid, tid, proc)
-            if st is None:
-                continue
-            self.threads_a[tid] = st
-            threads.append({"tid": tid, "name": st["comm"], "status": st["state"],
-                            "wchan": procfs.wchan(pid, tid, proc)})
-        is_torch = any(any(t["name"].startswith(p[:15]) for p in _TORCH_THREADS) for t in threads)
-        rank, rank_source = _rank_of(argv, env, name)
-        exe_path = procfs.exe(pid, proc)
-        maps_head = None
-        if not pyspy.is_python_process(exe_path, argv, None):
-            maps_head = procfs.read_bytes("%s/%d/maps" % (proc, pid), 1 << 18)
-        boot = procfs.boot_time(proc) or 0.0
-        rec.update({
-            "ppid": self.a["ppid"],
-            "name": name,
-            "exe": exe_path,
-            "cmdline": argv,
-            "status": self.a["state"],
-            "wchan": procfs.wchan(pid, None, proc),
-            "alive": self.a["state"] not in ("Z", "X"),
-            "zombie": self.a["state"] == "Z",
-            "create_time": round(boot + int(self.a["starttime"]) / procfs.CLK_TCK, 2),
-            "num_threads": self.a["num_threads"],
-            "threads": threads,
-            "rss_bytes": procfs.kib_field(fields, "VmRSS") or int(self.a["rss_pages"]) * procfs.PAGE_SIZE,
-            "vms_bytes": int(self.a["vsize"]),
-            "swap_bytes": procfs.kib_field(fields, "VmSwap") or 0,
-            "uid": int(fields.get("Uid", "0").split()[0]) if fields.get("Uid") else None,
-            "listen": listen,
-            "env": env_f,
-            "env_status": env_status,
-            "rank": rank,
-            "rank_source": rank_source,
-            "is_python": pyspy.is_python_process(exe_path, argv, maps_head),
-            "is_torch_distributed": is_torch,
-        })
-        rec["role"] = _role_of(pid, self.root, argv, name, listen, rank, is_torch)
-        self.io_a = procfs.io_counters(pid, proc)
-        # stdout/stderr of the root: the server log when --log was not given
-        rec["_log_candidates"] = [t for fd, t in procfs.fd_targets(pid, proc) if fd in (1, 2)
-                                  and t.startswith("/") and not t.startswith("/dev/")]
-
-    def finish(self, window_s: float) -> None:
-        rec, proc, pid = self.record, self.proc, self.pid
-        if self.a is None:
-            return
-        b = procfs.stat(pid, proc)
-        if b is None:
-            rec.update({"alive": False, "status_end": "X", "exit_info": "exited during the window"})
-            return
-        cpu_a = (int(self.a["utime"]) + int(self.a["stime"])) / procfs.CLK_TCK
-        cpu_b = (int(b["utime"]) + int(b["stime"])) / procfs.CLK_TCK
-        rec["cpu_time_s"] = round(cpu_b, 3)
-        rec["cpu_delta_s"] = round(max(0.0, cpu_b - cpu_a), 3)
-        rec["cpu_pct"] = round(100.0 * rec["cpu_delta_s"] / window_s, 1) if window_s > 0 else None
-        rec["status_end"] = b["state"]
-        rec["zombie"] = b["state"] == "Z"
-        rec["alive"] = b["state"] not in ("Z", "X")
-        for t in rec.get("threads", []):
-            ta = self.threads_a.get(t["tid"])
-            tb = procfs.thread_stat(pid, t["tid"], proc)
-            if ta is None or tb is None:
-                t["cpu_delta_s"] = None
-                continue
-            t["cpu_delta_s"] = round(
-                (int(tb["utime"]) + int(tb["stime"]) - int(ta["utime"]) - int(ta["stime"]))
-                / procfs.CLK_TCK, 3)
-            t["status_end"] = tb["state"]
-        io_b = procfs.io_counters(pid, proc)
-        if self.io_a and io_b:
-            rec["read_bytes_delta"] = max(0, io_b.get("read_bytes", 0) - self.io_a.get("read_bytes", 0))
-            rec["write_bytes_delta"] = max(0, io_b.get("write_bytes", 0) - self.io_a.get("write_bytes", 0))
-            rec["rchar_delta"] = max(0, io_b.get("rchar", 0) - self.io_a.get("rchar", 0))
-
-
-# ---------------------------------------------------------------- other sources
-
-
 def _round_lead(futures: Dict[str, Any], targets: List[ProcReader], window_s: float) -> float:
     """How long before the window's end to start the second round of dumps."""
     durs = []
@@ -316,146 +66,6 @@ def _round_lead(futures: Dict[str, Any], targets: List[ProcReader], window_s: fl
     one = sorted(durs)[len(durs) // 2] if durs else 0.03
     lanes = max(1, min(os.cpu_count() or 1, 16))
     return min(window_s * 0.5, one * len(targets) / lanes)
-
-
-def _ports_to_probe(readers: List[ProcReader], extra: List[int]) -> Tuple[Dict[int, str], List[str]]:
-    """Which listening ports get an HTTP GET, and which are left alone, and why.
-
-    Only the server's API ports are probed. Sockets of workers (NCCL bootstrap and proxy
-    listeners, gloo pairs) and the c10d store on MASTER_PORT are never touched: a stray
-    connection to an NCCL listener was measured to leave its service threads spinning at
-    100 % CPU in the target, and a store may log or drop a bad client.
-    """
-    master_ports = set()
-    for r in readers:
-        mp = (r.record.get("env") or {}).get("MASTER_PORT")
-        if mp and mp.isdigit():
-            master_ports.add(int(mp))
-    ports = {}  # type: Dict[int, str]
-    skipped = []  # type: List[str]
-    worker_ports = []  # type: List[int]
-    for r in readers:
-        role = r.record.get("role")
-        for s in r.record.get("listen", []):
-            port = int(s["port"])
-            if port in master_ports:
-                skipped.append("port %d (c10d store, MASTER_PORT)" % port)
-            elif role in ("worker", "engine", "compiler"):
-                worker_ports.append(port)
-            else:
-                ports.setdefault(port, str(s["ip"]))
-    if worker_ports:
-        skipped.append("%d port(s) of worker processes (NCCL/gloo/IPC sockets)" % len(worker_ports))
-    for p in extra:
-        ports[int(p)] = "127.0.0.1"  # asked for explicitly
-    return ports, skipped
-
-
-def _http_probe(port: int, ip: str, timeout_s: float) -> Dict[str, Any]:
-    host = "127.0.0.1" if ip in ("0.0.0.0", "::", "127.0.0.1") else ip
-    if ip == "::":
-        host = "127.0.0.1"
-    result = {"port": port, "url": None, "ok": False, "code": None, "latency_s": None,
-              "error": None, "body": None}  # type: Dict[str, Any]
-    for path in ("/health", "/v1/models", "/"):
-        url = "http://%s:%d%s" % (host if ":" not in host else "[%s]" % host, port, path)
-        result["url"] = url
-        t0 = time.monotonic()
-        try:
-            sock = socket.create_connection((host, port), timeout=timeout_s)
-        except OSError as exc:
-            result["error"] = "connect failed: %s" % exc
-            result["latency_s"] = round(time.monotonic() - t0, 4)
-            return result
-        try:
-            sock.settimeout(timeout_s)
-            req = "GET %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: hangdoctor\r\n\r\n" % (path, host)
-            sock.sendall(req.encode())
-            data = b""
-            while len(data) < 4096:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-                if b"\r\n\r\n" in data and len(data) > 512:
-                    break
-        except socket.timeout:
-            result["error"] = "no answer within %.1f s" % timeout_s
-            result["latency_s"] = round(time.monotonic() - t0, 4)
-            return result
-        except OSError as exc:
-            result["error"] = "request failed: %s" % exc
-            result["latency_s"] = round(time.monotonic() - t0, 4)
-            return result
-        finally:
-            sock.close()
-        result["latency_s"] = round(time.monotonic() - t0, 4)
-        head, _, body = data.partition(b"\r\n\r\n")
-        first = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")
-        m = re.match(r"HTTP/\d(?:\.\d)?\s+(\d{3})", first)
-        if not m:
-            result["error"] = "not an HTTP answer: %r" % first[:60]
-            return result
-        result["code"] = int(m.group(1))
-        result["body"] = body[:200].decode("utf-8", "replace")
-        result["error"] = None
-        if result["code"] == 404 and path != "/":
-            continue
-        result["ok"] = 200 <= result["code"] < 300
-        return result
-    return result
-
-
-def _kernel_log(timeout_s: float) -> Tuple[Optional[List[str]], str, Optional[str], Optional[str]]:
-    """(relevant lines, status, detail, remedy) from dmesg."""
-    try:
-        out = subprocess.run(["dmesg", "-T"], capture_output=True, timeout=timeout_s,
-                             stdin=subprocess.DEVNULL)
-        if out.returncode != 0:
-            out = subprocess.run(["dmesg"], capture_output=True, timeout=timeout_s,
-                                 stdin=subprocess.DEVNULL)
-    except FileNotFoundError:
-        return None, "unavailable", "dmesg not found", None
-    except subprocess.TimeoutExpired:
-        return None, "timeout", "dmesg did not answer within %.1f s" % timeout_s, None
-    except OSError as exc:
-        return None, "failed", str(exc), None
-    if out.returncode != 0:
-        err = out.stderr.decode("utf-8", "replace").strip().splitlines()
-        msg = err[0] if err else "dmesg exited %d" % out.returncode
-        if "ermission" in msg or "not permitted" in msg:
-            return None, "denied", msg, ("run as root, or allow it once with "
-                                         "`sudo sysctl kernel.dmesg_restrict=0`")
-        return None, "failed", msg, None
-    lines = out.stdout.decode("utf-8", "replace").splitlines()
-    keep = [ln for ln in lines if _KERNEL_RE.search(ln)]
-    return keep[-300:], "ok", "%d of %d lines relevant" % (len(keep), len(lines)), None
-
-
-def _open_regular(path: str) -> Tuple[int, os.stat_result]:
-    """Open without blocking (a FIFO swapped in for the log must not hang the probe) and
-    insist on a regular file."""
-    import stat as stat_mod
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    st = os.fstat(fd)
-    if not stat_mod.S_ISREG(st.st_mode):
-        os.close(fd)
-        raise OSError("%s is not a regular file; not read" % path)
-    return fd, st
-
-
-def _read_tail(path: str, max_bytes: int = 256 * 1024, max_lines: int = 400) -> List[str]:
-    fd, st = _open_regular(path)
-    with os.fdopen(fd, "rb") as f:
-        size = st.st_size
-        f.seek(max(0, size - max_bytes))
-        data = f.read(max_bytes)
-    text = data.decode("utf-8", "replace").replace("\x00", "")
-    lines = text.splitlines()
-    if size > max_bytes and lines:
-        lines = lines[1:]  # first line is cut
-    return lines[-max_lines:]
 
 
 # ---------------------------------------------------------------- the probe
@@ -557,12 +167,12 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             futures["dumpA:%d" % r.pid] = pool.submit(
                 pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(r.record.get("status")),
                 native=cfg.native, with_locals=cfg.locals, sudo=cfg.sudo)
-    ports, skipped_ports = _ports_to_probe(readers, cfg.ports)
+    ports, skipped_ports = sources.ports_to_probe(readers, cfg.ports)
     http_timeout = max(1.0, min(5.0, window_s if window_s > 0 else 2.0))
     for port, ip in sorted(ports.items())[:16]:
-        futures["http:%d" % port] = pool.submit(_http_probe, port, ip, http_timeout)
+        futures["http:%d" % port] = pool.submit(sources.http_probe, port, ip, http_timeout)
     if cfg.kernel_log:
-        futures["kernel"] = pool.submit(_kernel_log, 3.0)
+        futures["kernel"] = pool.submit(sources.kernel_log, 3.0)
     sampler = None
     sampler_thread = None
     if cfg.nvml:
@@ -762,7 +372,7 @@ def _log_finish(snap: Dict[str, Any], log_a: Optional[Dict[str, Any]], path: Opt
         return
     t0 = time.monotonic()
     try:
-        tail = _read_tail(path)
+        tail = sources.read_tail(path)
         st = os.stat(path)
     except OSError as exc:
         man.add("log", "failed", time.monotonic() - t0, str(exc) if str(exc).startswith(path) else "%s: %s" % (path, exc))

@@ -1,6 +1,6 @@
 """Loopback OpenSSH servers for the benchmark: one ``sshd -D`` per simulated host.
 
-Follows tests/sshd_fixture.py (same sshd_config, same readiness check), with three changes
+Shares tests/sshd_tools.py with the SSH tests (same sshd_config, same readiness check), with three changes
 the benchmark needs: several instances share one host key and one client key (so 32 hosts
 start in a second or two); each session gets ``SetEnv PATH=...`` so the remote side finds
 this machine's Python (and py-spy, unless the instance is meant to have none, which makes
@@ -15,13 +15,22 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
-import time
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-SSHD = "/usr/sbin/sshd"  # sshd refuses to start unless run by its absolute path
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repo: tests/sshd_tools.py
+from tests.sshd_tools import (  # noqa: E402
+    SSHD,
+    free_port,
+    keygen,
+    sshd_config,
+    start_sshd_process,
+    stop_sshd,
+    wait_for_banner,
+)
+
 ALIAS_PREFIX = "hd-bench-"
 TIME_FORMAT = "%e %U %S %M"  # wall s, user s, sys s, peak RSS KiB
 
@@ -59,39 +68,6 @@ class SshdPool:
             stop_sshd(host.proc)
 
 
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _keygen(path: Path, comment: str) -> None:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-        check=True,
-        timeout=20,
-        capture_output=True,
-    )
-
-
-def _wait_for_banner(port: int, proc: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    last_error = ""
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"sshd exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
-                s.settimeout(1.0)
-                if s.recv(64).startswith(b"SSH-"):
-                    return
-        except OSError as exc:
-            last_error = str(exc)
-        time.sleep(0.05)
-    raise RuntimeError(f"sshd did not answer on port {port} in {timeout_s} s: {last_error}")
-
-
 def _write_wrapper(bin_dir: Path, python: str) -> None:
     """``python3`` that runs ``python`` under /usr/bin/time, appending to $HD_BENCH_RU."""
     bin_dir.mkdir(parents=True, exist_ok=True)
@@ -112,12 +88,11 @@ def start_pool(
     """
     if not os.path.exists(SSHD):
         raise RuntimeError(f"{SSHD} is missing (apt-get install openssh-server)")
-    os.makedirs("/run/sshd", exist_ok=True)  # privilege separation dir, absent in containers
     workdir.mkdir(parents=True, exist_ok=True)
     host_key = workdir / "ssh_host_ed25519_key"
     user_key = workdir / "id_ed25519"
-    _keygen(host_key, "hangdoctor-bench-host")
-    _keygen(user_key, "hangdoctor-bench-user")
+    keygen(host_key, "hangdoctor-bench-host")
+    keygen(user_key, "hangdoctor-bench-user")
     authorized = workdir / "authorized_keys"
     shutil.copyfile(str(user_key) + ".pub", authorized)
     os.chmod(authorized, 0o600)
@@ -146,37 +121,14 @@ def start_pool(
             path += ":/usr/local/bin:/usr/bin:/bin"
             config = workdir / f"sshd_config-{index}"
             config.write_text(
-                "\n".join(
-                    [
-                        f"Port {port}",
-                        "ListenAddress 127.0.0.1",
-                        f"HostKey {host_key}",
-                        f"PidFile {workdir / f'sshd-{index}.pid'}",
-                        f"AuthorizedKeysFile {authorized}",
-                        "UsePAM no",
-                        "StrictModes no",
-                        "PermitRootLogin yes",
-                        "PasswordAuthentication no",
-                        "KbdInteractiveAuthentication no",
-                        "PubkeyAuthentication yes",
-                        "MaxStartups 200",
-                        "MaxSessions 64",
-                        # HOME: a clean one, so the remote shell does not run this machine's
-                        # ~/.bashrc (pyenv init costs ~0.3 s per command and puts shims first).
-                        f"SetEnv PATH={path} HOME={home} HD_BENCH_RU={ru_file}",
-                        "LogLevel ERROR",
-                        "",
-                    ]
+                sshd_config(
+                    port, host_key, workdir / f"sshd-{index}.pid", authorized,
+                    # HOME: a clean one, so the remote shell does not run this machine's
+                    # ~/.bashrc (pyenv init costs ~0.3 s per command and puts shims first).
+                    f"SetEnv PATH={path} HOME={home} HD_BENCH_RU={ru_file}",
                 )
             )
-            log = open(workdir / f"sshd-{index}.log", "wb")  # noqa: SIM115 - closed below
-            proc = subprocess.Popen(
-                [SSHD, "-D", "-e", "-f", str(config)],
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-            )
-            log.close()
+            proc = start_sshd_process(config, workdir / f"sshd-{index}.log")
             alias = f"{ALIAS_PREFIX}{index}"
             pool.hosts.append(SshHost(index, alias, port, user, proc, str(ru_file), has_pyspy))
             known_lines.append(f"[127.0.0.1]:{port} {host_pub[0]} {host_pub[1]}")
@@ -191,24 +143,13 @@ def start_pool(
                 "",
             ]
         for host in pool.hosts:
-            _wait_for_banner(host.port, host.proc, timeout_s=15.0)
+            wait_for_banner(host.port, host.proc, timeout_s=15.0)
     except Exception:
         pool.stop()
         raise
     Path(pool.known_hosts).write_text("\n".join(known_lines) + "\n")
     Path(pool.ssh_config).write_text("\n".join(config_lines))
     return pool
-
-
-def stop_sshd(proc: subprocess.Popen) -> None:
-    """Stop one listener we started (by its own pid); sessions end with their connections."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 def children_cpu_s(pid: int) -> float:

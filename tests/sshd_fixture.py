@@ -11,18 +11,25 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-SSHD = "/usr/sbin/sshd"  # sshd refuses to start unless run by its absolute path
+from tests.sshd_tools import (  # noqa: F401 (free_port, stop_sshd: re-exported for the tests)
+    SSHD,
+    free_port,
+    keygen,
+    sshd_config,
+    start_sshd_process,
+    stop_sshd,
+    wait_for_banner,
+)
+
 ALIAS = "hd-test"
 
 
@@ -46,46 +53,12 @@ class SshdServer:
         return f"{self.user}@{self.host}:{self.port}"
 
 
-def free_port() -> int:
-    """A TCP port that was free a moment ago on 127.0.0.1."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _keygen(path: Path, comment: str) -> None:
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-        check=True,
-        timeout=20,
-        capture_output=True,
-    )
-
-
-def _wait_for_banner(port: int, proc: subprocess.Popen, timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    last_error = ""
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"sshd exited with {proc.returncode}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1.0) as s:
-                s.settimeout(1.0)
-                if s.recv(64).startswith(b"SSH-"):
-                    return
-        except OSError as exc:
-            last_error = str(exc)
-        time.sleep(0.05)
-    raise RuntimeError(f"sshd did not answer on port {port} in {timeout_s} s: {last_error}")
-
-
 def start_sshd(workdir: Path) -> tuple[subprocess.Popen, SshdServer]:
     """Start ``sshd -D -e`` on a free loopback port with keys made in ``workdir``."""
-    os.makedirs("/run/sshd", exist_ok=True)  # privilege separation dir, absent in containers
     host_key = workdir / "ssh_host_ed25519_key"
     user_key = workdir / "id_ed25519"
-    _keygen(host_key, "hangdoctor-test-host")
-    _keygen(user_key, "hangdoctor-test-user")
+    keygen(host_key, "hangdoctor-test-host")
+    keygen(user_key, "hangdoctor-test-user")
     authorized = workdir / "authorized_keys"
     shutil.copyfile(str(user_key) + ".pub", authorized)
     os.chmod(authorized, 0o600)
@@ -93,39 +66,11 @@ def start_sshd(workdir: Path) -> tuple[subprocess.Popen, SshdServer]:
     user = "root" if os.geteuid() == 0 else os.environ.get("USER", "root")
     config = workdir / "sshd_config"
     config.write_text(
-        "\n".join(
-            [
-                f"Port {port}",
-                "ListenAddress 127.0.0.1",
-                f"HostKey {host_key}",
-                f"PidFile {workdir / 'sshd.pid'}",
-                f"AuthorizedKeysFile {authorized}",
-                "UsePAM no",
-                "StrictModes no",
-                "PermitRootLogin yes",
-                "PasswordAuthentication no",
-                "KbdInteractiveAuthentication no",
-                "PubkeyAuthentication yes",
-                # The multi-host tests open 16 connections at once; the default 10:30:100
-                # drops unauthenticated connections at random beyond 10.
-                "MaxStartups 200",
-                "MaxSessions 64",
-                "Subsystem sftp internal-sftp",
-                "LogLevel ERROR",
-                "",
-            ]
-        )
+        sshd_config(port, host_key, workdir / "sshd.pid", authorized, "Subsystem sftp internal-sftp")
     )
-    log = open(workdir / "sshd.log", "wb")  # sshd keeps its own copy of the fd
-    proc = subprocess.Popen(
-        [SSHD, "-D", "-e", "-f", str(config)],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-    )
-    log.close()
+    proc = start_sshd_process(config, workdir / "sshd.log")
     try:
-        _wait_for_banner(port, proc, timeout_s=15.0)
+        wait_for_banner(port, proc, timeout_s=15.0)
     except Exception:
         stop_sshd(proc)
         raise RuntimeError(
@@ -165,17 +110,6 @@ def start_sshd(workdir: Path) -> tuple[subprocess.Popen, SshdServer]:
         pid=proc.pid,
     )
     return proc, server
-
-
-def stop_sshd(proc: subprocess.Popen) -> None:
-    """Stop the listener we started (by its own pid); sessions end with their connections."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
 
 
 def _sshd_unavailable() -> str | None:

@@ -11,7 +11,6 @@ Under CI (env CI=true) a missing Chromium fails the test.
 
 from __future__ import annotations
 
-import http.server
 import json
 import re
 import subprocess
@@ -22,38 +21,11 @@ from typing import Any
 
 import pytest
 
+from tests.canary import Canary
 from tests.conftest import find_chromium, need
 from tests.faults.helpers import Helper, no_traceback, run_cli, start_helper, stop_helper
 
 CHROMIUM_TIMEOUT_S = 60.0
-
-
-class Canary:
-    """An HTTP listener on 127.0.0.1 that records every request it gets."""
-
-    def __init__(self) -> None:
-        hits: list[str] = []
-        self.hits = hits
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                hits.append(self.path)
-                self.send_response(204)
-                self.end_headers()
-
-            do_POST = do_GET  # noqa: N815
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
 
 
 def payloads(port: int) -> dict[str, Any]:

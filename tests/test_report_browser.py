@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import fcntl
-import http.server
 import json
 import os
 import queue
@@ -28,6 +27,7 @@ from typing import Any
 import pytest
 
 from hangdoctor.report.render import render_html
+from tests.canary import Canary
 
 pytestmark = pytest.mark.browser
 
@@ -216,36 +216,6 @@ class PageLoad:
             if e["method"] == "Network.requestWillBeSent"
         ]
         self.websockets = [e["params"] for e in mine if e["method"] == "Network.webSocketCreated"]
-
-
-class Canary:
-    """An HTTP listener on 127.0.0.1 that counts every request it gets."""
-
-    def __init__(self) -> None:
-        hits: list[str] = []
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 (http.server's name)
-                hits.append(self.path)
-                self.send_response(204)
-                self.end_headers()
-
-            do_POST = do_GET  # noqa: N815
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        self.hits = hits
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.timeout = 1
-        self.port = self.server.server_address[1]
-        self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
-        self._thread.start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-        self._thread.join(timeout=5)
 
 
 @pytest.fixture(scope="module")

@@ -232,9 +232,10 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     from hangdoctor.triage.analyze import analyze
 
     t0 = time.monotonic()
+    from hangdoctor.checkapi.registry import require_checks_dir
+
     for d in kw.get("checks_dirs") or ():
-        if not Path(d).is_dir():
-            raise UsageError(f"--checks-dir {d}: not a directory", "give a folder of check modules")
+        require_checks_dir(d)  # fail before collecting; the checks load during the window
     # Everything that does not need the evidence (loading the checks, importing triage and the
     # log parsers, compiling the report templates) happens while the probe samples its window.
     warm: dict[str, Any] = {}

@@ -80,10 +80,15 @@ def entry_point_checks(include_builtin: bool = True) -> tuple[list[Check], list[
     return checks, problems
 
 
-def load_checks_dir(path: str) -> list[Check]:
+def require_checks_dir(path: str) -> Path:
     directory = Path(path)
     if not directory.is_dir():
         raise UsageError(f"--checks-dir {path}: not a directory", "give a folder of check modules")
+    return directory
+
+
+def load_checks_dir(path: str) -> list[Check]:
+    directory = require_checks_dir(path)
     out: list[Check] = []
     for file in sorted(directory.glob("*.py")):
         name = f"hangdoctor_user_checks.{file.stem}"

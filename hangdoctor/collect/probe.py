@@ -106,30 +106,27 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     t0 = time.monotonic()
     kids = procfs.children_map(proc)
     listen_map = procfs.listening_sockets(proc)
+    boot_s = snap["host"].get("boot_time") or 0.0
     readers = []  # type: List[ProcReader]
     seen = set()
     for root in roots:
         if procfs.stat(root, proc) is None:
-            readers.append(ProcReader(root, root, cfg, listen_map))
+            readers.append(ProcReader(root, root, cfg, listen_map, boot_s))
             seen.add(root)
             continue
         for pid in procfs.descendants(root, kids):
             if pid in seen or pid in own:
                 continue
             seen.add(pid)
-            readers.append(ProcReader(pid, root, cfg, listen_map))
+            readers.append(ProcReader(pid, root, cfg, listen_map, boot_s))
     for r in readers:
         try:
             r.start()
         except Exception as exc:  # a process that changed mid-read must not stop the probe
             r.record.update({"alive": False, "exit_info": "unreadable: %s" % exc})
     mem_a, vm_a = procfs.meminfo(proc), procfs.vmstat(proc)
-    proc_backend = "proc"
-    try:
-        import psutil  # noqa: F401  (only recorded: /proc is read directly, it is faster)
-        proc_backend = "proc (psutil present)"
-    except Exception:
-        pass
+    # /proc is read directly (it is faster); psutil's presence is only recorded, not imported
+    proc_backend = "proc (psutil present)" if _has_module("psutil") else "proc"
     denied_env = [r.pid for r in readers if r.record.get("env_status") == "denied"]
     man.add("processes", "ok" if readers or not roots else "failed", time.monotonic() - t0,
             "%d processes in %d tree(s); backend %s" % (len(readers), len(roots), proc_backend))
@@ -322,6 +319,15 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     if cfg.redact:
         _redact_snapshot(snap)
     return snap
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _host_info(cfg: ProbeConfig) -> Dict[str, Any]:

@@ -151,10 +151,12 @@ def _role_of(pid: int, root: int, argv: List[str], name: str, listen: List[Any],
 class ProcReader:
     """Reads one process at the start and at the end of the window."""
 
-    def __init__(self, pid: int, root: int, cfg: ProbeConfig, listen_map: Dict[int, Dict[str, Any]]):
+    def __init__(self, pid: int, root: int, cfg: ProbeConfig, listen_map: Dict[int, Dict[str, Any]],
+                 boot_time_s: float = 0.0):
         self.pid, self.root, self.cfg = pid, root, cfg
         self.proc = cfg.proc_root
         self.listen_map = listen_map
+        self.boot_time_s = boot_time_s  # read once per probe, not once per process
         self.a = None  # type: Optional[Dict[str, Any]]
         self.threads_a = {}  # type: Dict[int, Dict[str, Any]]
         self.io_a = None  # type: Optional[Dict[str, int]]
@@ -191,7 +193,6 @@ class ProcReader:
         maps_head = None
         if not pyspy.is_python_process(exe_path, argv, None):
             maps_head = procfs.read_bytes("%s/%d/maps" % (proc, pid), 1 << 18)
-        boot = procfs.boot_time(proc) or 0.0
         rec.update({
             "ppid": self.a["ppid"],
             "name": name,
@@ -201,7 +202,7 @@ class ProcReader:
             "wchan": procfs.wchan(pid, None, proc),
             "alive": self.a["state"] not in ("Z", "X"),
             "zombie": self.a["state"] == "Z",
-            "create_time": round(boot + int(self.a["starttime"]) / procfs.CLK_TCK, 2),
+            "create_time": round(self.boot_time_s + int(self.a["starttime"]) / procfs.CLK_TCK, 2),
             "num_threads": self.a["num_threads"],
             "threads": threads,
             "rss_bytes": procfs.kib_field(fields, "VmRSS") or int(self.a["rss_pages"]) * procfs.PAGE_SIZE,

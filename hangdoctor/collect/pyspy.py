@@ -31,18 +31,22 @@ def find_pyspy(explicit: Optional[str] = None) -> Optional[str]:
     explicit = explicit or os.environ.get("HANGDOCTOR_PYSPY") or None
     if explicit:
         return explicit if os.access(explicit, os.X_OK) else None
-    candidates = [
+    for c in pyspy_candidates():
+        if os.path.isfile(c) and os.access(c, os.X_OK):
+            return c
+    return None
+
+
+def pyspy_candidates() -> List[str]:
+    """Where py-spy usually is, in order: next to this Python (a venv's scripts dir, also when
+    the venv is not activated), on PATH, in ~/.local/bin."""
+    found = [
         os.path.join(sysconfig.get_path("scripts") or "", "py-spy"),
         os.path.join(os.path.dirname(sys.executable), "py-spy"),
+        shutil.which("py-spy") or "",
+        os.path.expanduser("~/.local/bin/py-spy"),
     ]
-    for c in candidates:
-        if c and os.path.isfile(c) and os.access(c, os.X_OK):
-            return c
-    found = shutil.which("py-spy")
-    if found:
-        return found
-    local = os.path.expanduser("~/.local/bin/py-spy")
-    return local if os.access(local, os.X_OK) else None
+    return [c for c in found if c]
 
 
 def _first_error(text: str) -> str:

@@ -222,7 +222,7 @@ def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
         if not f.native and f.bare in COLLECTIVE_OPS and _in(f.file, _C10D_FILES):
             return "collective:" + f.bare, f.short
     inner = next((f for f in frames if not f.native), frames[0])
-    if inner.bare in ("item", "cpu", "tolist") and "torch" in inner.file or _SYNC_PY.match(inner.bare) and "torch" in inner.file:
+    if _SYNC_PY.match(inner.bare) and "torch" in inner.file:
         return "cuda-sync", inner.short
     return ("running" if active else "unknown"), inner.short
 

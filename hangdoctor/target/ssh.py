@@ -15,10 +15,7 @@ import json
 import os
 import re
 import shlex
-import shutil
 import socket
-import sys
-import sysconfig
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +24,7 @@ from typing import Any, Optional, Sequence, Union
 import asyncssh
 
 from hangdoctor.collect.config import ProbeConfig
+from hangdoctor.collect.pyspy import pyspy_candidates
 from hangdoctor.errors import TargetError, UsageError
 from hangdoctor.target.sshconfig import (
     HOST_KEY_POLICIES,
@@ -89,13 +87,7 @@ def elf_arch(path: str) -> Optional[str]:
 
 def find_local_pyspy(explicit: Optional[str] = None) -> Optional[str]:
     """This machine's py-spy *binary* (a pyenv shim is a shell script and useless remotely)."""
-    candidates = [explicit] if explicit else []
-    candidates += [
-        os.path.join(sysconfig.get_path("scripts") or "", "py-spy"),
-        os.path.join(os.path.dirname(sys.executable), "py-spy"),
-        shutil.which("py-spy"),
-        os.path.expanduser("~/.local/bin/py-spy"),
-    ]
+    candidates = ([explicit] if explicit else []) + pyspy_candidates()
     for path in candidates:
         if path and os.path.isfile(path) and elf_arch(path):
             return os.path.realpath(path)

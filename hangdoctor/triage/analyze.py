@@ -83,8 +83,8 @@ def merge_facts(outcomes: list[Outcome]) -> dict[str, Any]:
             continue
         facts["moving"].extend(f.get("moving", []))
         facts["still"].extend(f.get("still", []))
-        if f.get("answering") is not None:
-            facts["answering"] = bool(facts["answering"]) or bool(f["answering"]) if facts["answering"] is not None else bool(f["answering"])
+        if f.get("answering") is not None:  # any host answering counts
+            facts["answering"] = bool(facts["answering"]) or bool(f["answering"])
         if f.get("dead") is not None:
             facts["dead"] = f["dead"] if facts["dead"] is None else (facts["dead"] and f["dead"])
         for k, v in f.items():
@@ -325,9 +325,6 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
     if stopped and verdict in ("hung", "inconclusive"):
         reason += (f"; {len(stopped)} process(es) are stopped (state T: SIGSTOP, Ctrl-Z or a debugger): "
                    "`kill -CONT PID` resumes them, if stopping them was not intended")
-    if verdict == "healthy":
-        # a healthy server keeps no hang cause on top; say what was seen instead
-        pass
     top = causes[0] if causes else None
     if top:
         headline = f"Most likely {top['id']} (score {top['score']:.2f}): {top['summary']}"
@@ -396,10 +393,9 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         })
 
     n_dumped = sum(1 for ps in ev.stacks.values() if ps.ok)
-    durations = [ps for ps in ev.stacks.values() if ps.ok]
     intrusion = ("read-only: /proc reads, NVML queries and an HTTP GET of the server's own port; "
                  f"py-spy paused each of {n_dumped} Python process(es) for a few milliseconds per dump "
-                 "(two dumps, at the start and the end of the window); no signal was sent") if durations else \
+                 "(two dumps, at the start and the end of the window); no signal was sent") if n_dumped else \
         "read-only: /proc reads, NVML queries and an HTTP GET of the server's own port; no process was paused"
     if ev.origin == "pasted":
         intrusion = "none: analysis of pasted evidence"

@@ -29,30 +29,13 @@ def validate(doc: Any, name: str = "snapshot") -> dict[str, Any]:
         elif key in doc and not isinstance(doc[key], kind):
             raise InputError(f"{name}: '{key}' should be a JSON {kind.__name__}: the snapshot is malformed",
                              "re-take it, or remove the broken section")
-    # entries of the wrong shape are dropped, and said so, rather than crashing a check
-    dropped = 0
-    for key in ("processes", "manifest", "http"):
-        if key in doc:
-            kept = [x for x in doc[key] if isinstance(x, dict)]
-            dropped += len(doc[key]) - len(kept)
-            doc[key] = kept
-    if "processes" in doc:
-        kept = [p for p in doc["processes"] if isinstance(p.get("pid"), int)]
-        dropped += len(doc["processes"]) - len(kept)
-        doc["processes"] = kept
-    if "stacks" in doc:
-        good = {k: v for k, v in doc["stacks"].items() if isinstance(v, dict)}
-        dropped += len(doc["stacks"]) - len(good)
-        doc["stacks"] = good
     for key in ("log", "kernel_log"):
         sec = doc.get(key)
         field = "tail" if key == "log" else "lines"
         if sec is not None and not isinstance(sec.get(field, []), list):
             raise InputError(f"{name}: '{key}.{field}' should be a list of lines", "re-take the snapshot")
-        if sec is not None:
-            sec[field] = [str(x) for x in sec.get(field, [])]
-    if dropped:
-        doc.setdefault("notes", []).append(f"{dropped} malformed entries were dropped when reading {name}")
+    # Entries of the wrong shape inside the sections are dropped (and said so) by
+    # snapshot/normalize.py, which every snapshot goes through before analysis.
     doc.setdefault("manifest", [])
     doc.setdefault("origin", "live")
     return doc

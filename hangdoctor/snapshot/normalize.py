@@ -131,15 +131,22 @@ def normalize(snap: dict[str, Any]) -> dict[str, Any]:
         s["targets"] = {}
     roots = s["targets"].get("root_pids")
     s["targets"] = dict(s["targets"], root_pids=[p for p in roots if _is_int(p)] if isinstance(roots, list) else [])
-    s["processes"] = [c for c in (_clean_process(p) for p in s.get("processes") or [] if isinstance(p, dict)) if c] \
-        if isinstance(s.get("processes"), list) else []
-    s["stacks"] = {str(k): _clean_stack(v) for k, v in s.get("stacks", {}).items() if isinstance(v, dict)} \
-        if isinstance(s.get("stacks"), dict) else {}
-    s["manifest"] = [m for m in s.get("manifest") or [] if isinstance(m, dict)] if isinstance(s.get("manifest"), list) else []
+    raw_procs = s.get("processes") if isinstance(s.get("processes"), list) else []
+    raw_stacks = s.get("stacks") if isinstance(s.get("stacks"), dict) else {}
+    raw_manifest = s.get("manifest") if isinstance(s.get("manifest"), list) else []
+    s["processes"] = [c for c in (_clean_process(p) for p in raw_procs if isinstance(p, dict)) if c]
+    s["stacks"] = {str(k): _clean_stack(v) for k, v in raw_stacks.items() if isinstance(v, dict)}
+    s["manifest"] = [m for m in raw_manifest if isinstance(m, dict)]
+    dropped = (len(raw_procs) - len(s["processes"]) + len(raw_stacks) - len(s["stacks"])
+               + len(raw_manifest) - len(s["manifest"]))
     if isinstance(s.get("http"), list):
+        dropped += len(s["http"]) - len([h for h in s["http"] if isinstance(h, dict)])
         s["http"] = [h for h in s["http"] if isinstance(h, dict)]
     else:
         s.pop("http", None)
+    if dropped:
+        notes = s.get("notes") if isinstance(s.get("notes"), list) else []
+        s["notes"] = notes + [f"{dropped} malformed entries were dropped from the snapshot"]
     if "gpus" in s:
         if isinstance(s["gpus"], dict):
             s["gpus"] = _clean_gpus(s["gpus"])

@@ -360,3 +360,12 @@ def test_a_crashing_check_is_errored_and_the_rest_run() -> None:
 
 def test_frames_helper_is_innermost_first() -> None:
     assert frames(("a", "x.py", 1), ("b", "y.py", 2))[0]["name"] == "a"
+
+
+def test_collector_notes_reach_the_report() -> None:
+    """A probe's note (py-spy not uploaded, a file cut short) is shown, not lost."""
+    from hangdoctor.triage.analyze import analyze
+
+    s = snap(processes=[LAUNCHER])
+    s["notes"] = ["py-spy not uploaded: remote is aarch64, local x86_64"]
+    assert "py-spy not uploaded: remote is aarch64, local x86_64" in analyze([s])["weakened"]

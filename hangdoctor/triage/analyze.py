@@ -245,6 +245,12 @@ def _weakened(ev: Evidence) -> list[str]:
         out.append("no server log: loading, compile and request history are unknown")
     if ev.origin != "live" and not ev.processes:
         out.append("no process list: dead or missing ranks cannot be counted")
+    # what the collector or the parsers wanted said (py-spy not uploaded, a file cut short, ...)
+    for snap in ev.snapshots:
+        host = (snap.get("host") or {}).get("name", "?")
+        for note in snap.get("notes") or []:
+            if isinstance(note, str) and note:
+                out.append(note if len(ev.snapshots) == 1 else f"{host}: {note}")
     return out
 
 

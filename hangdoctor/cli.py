@@ -150,7 +150,7 @@ def _exit_code(analysis: dict[str, Any], host_failures: bool) -> int:
 
 # ------------------------------------------------------------------ diagnose
 
-def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: dict[str, Any]) -> tuple[list[Any], list[str]]:
+def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: dict[str, Any]) -> list[Any]:
     import asyncio
 
     from hangdoctor.collect.config import ProbeConfig
@@ -199,8 +199,7 @@ def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: di
             host_name=t.name,
         )
 
-    results = asyncio.run(multi.collect_all(targets, config_for, opts["deadline"]))
-    return results, hosts
+    return asyncio.run(multi.collect_all(targets, config_for, opts["deadline"]))
 
 
 def _diagnose_options(f: Any) -> Any:
@@ -260,7 +259,7 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
 
     warmer = threading.Thread(target=warm_up, name="hd-warm-up", daemon=True)
     warmer.start()
-    results, _names = _collect(list(hosts), list(kw.get("pids") or []), kw.get("hosts_file"), kw)
+    results = _collect(list(hosts), list(kw.get("pids") or []), kw.get("hosts_file"), kw)
     warmer.join()
     if "error" in warm:
         raise warm["error"]

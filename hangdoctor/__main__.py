@@ -1,4 +1,4 @@
-from hangdoctor.cli import main
+from hangdoctor.cli import run
 
 if __name__ == "__main__":
-    main()
+    run()

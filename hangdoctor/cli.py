@@ -7,6 +7,7 @@ progress and errors go to stderr.
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -150,7 +151,8 @@ def _exit_code(analysis: dict[str, Any], host_failures: bool) -> int:
 
 # ------------------------------------------------------------------ diagnose
 
-def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: dict[str, Any]) -> list[Any]:
+def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: dict[str, Any],
+             all_started: Any = None) -> list[Any]:
     import asyncio
 
     from hangdoctor.collect.config import ProbeConfig
@@ -199,7 +201,13 @@ def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: di
             host_name=t.name,
         )
 
-    return asyncio.run(multi.collect_all(targets, config_for, opts["deadline"]))
+    return asyncio.run(multi.collect_all(targets, config_for, opts["deadline"], all_started))
+
+
+def _check_window(ctx: click.Context, param: click.Parameter, value: float) -> float:
+    if 0 < value < 0.2:
+        raise click.BadParameter("give 0 (one sample) or at least 0.2 seconds", ctx=ctx, param=param)
+    return value
 
 
 def _diagnose_options(f: Any) -> Any:
@@ -208,7 +216,8 @@ def _diagnose_options(f: Any) -> Any:
         click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False), help="file of hosts, one a line (optional pid=1,2 after the host)"),
         click.option("--port", type=int, multiple=True, help="also probe this TCP port over HTTP"),
         click.option("--log", type=str, default=None, help="the server's log file (on the target host)"),
-        click.option("--window", type=click.FloatRange(0.2, 600), default=2.0, show_default=True, help="sampling window in seconds"),
+        click.option("--window", type=click.FloatRange(0, 600), default=2.0, show_default=True, callback=_check_window,
+                     help="sampling window in seconds (0.2 or more); 0: one sample, no window: faster, but progress cannot be seen"),
         click.option("--deadline", type=click.FloatRange(5, 3600), default=45.0, show_default=True, help="hard limit for the whole collection, in seconds"),
         click.option("--native", is_flag=True, help="py-spy --native (C/CUDA frames; ~0.5 s per torch process)"),
         click.option("--locals", is_flag=True, help="py-spy --locals (redacted; may still show prompts)"),
@@ -228,8 +237,6 @@ def _diagnose_options(f: Any) -> Any:
 def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str, Any], list[Any], float]:
     import threading
 
-    from hangdoctor.triage.analyze import analyze
-
     t0 = time.monotonic()
     from hangdoctor.checkapi.registry import require_checks_dir
 
@@ -238,10 +245,14 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     # Everything that does not need the evidence (loading the checks, importing triage and the
     # log parsers, compiling the report templates) happens while the probe samples its window.
     warm: dict[str, Any] = {}
+    probes_started = threading.Event()
 
     def warm_up() -> None:
-        # Let the probe take its first sample before competing with it for the GIL.
-        time.sleep(min(0.3, float(kw.get("window") or 2.0) / 4))
+        # Start once every probe runs (not during imports, SSH handshakes or the first /proc
+        # walk), and let a local probe take its first sample before competing for the GIL.
+        probes_started.wait(float(kw.get("deadline") or 45.0))
+        window = kw.get("window")
+        time.sleep(min(0.3, float(2.0 if window is None else window) / 4))
         try:
             warm["checks"] = _load_checks(kw.get("checks_dirs") or ())
             import hangdoctor.evidence.kernel  # noqa: F401
@@ -259,11 +270,12 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
 
     warmer = threading.Thread(target=warm_up, name="hd-warm-up", daemon=True)
     warmer.start()
-    results = _collect(list(hosts), list(kw.get("pids") or []), kw.get("hosts_file"), kw)
+    results = _collect(list(hosts), list(kw.get("pids") or []), kw.get("hosts_file"), kw, probes_started)
     warmer.join()
     if "error" in warm:
         raise warm["error"]
     checks = warm["checks"]
+    from hangdoctor.triage.analyze import analyze
     snapshots = [r.snapshot for r in results if r.snapshot is not None]
     for r in results:
         if r.error:
@@ -456,6 +468,31 @@ from hangdoctor import cli_ops  # noqa: E402
 cli_ops.register(main)
 
 
+def run() -> None:
+    """The console entry point: ``main``, then leave without tearing the interpreter down.
+
+    Every command closes what it opened itself (connections, scenario processes, temp dirs),
+    so the interpreter's own shutdown only frees modules: ~70 ms with asyncssh and the
+    analysis loaded, paid after the answer is out. Tests drive ``main`` through CliRunner.
+    """
+    try:
+        main()
+        code: Any = 0
+    except SystemExit as exc:
+        code = exc.code
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):
+        _err(str(code))
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # the reader left (`| head`) or the stream was closed
+            pass
+    os._exit(code)
+
+
 if __name__ == "__main__":  # pragma: no cover
-    main()
+    run()
 

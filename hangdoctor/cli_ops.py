@@ -220,7 +220,7 @@ def take_snapshot(
     collect_s = max(MIN_COLLECT_S, t0 + deadline_s - margin_s - time.monotonic())
     collect_kw["deadline"] = collect_s
     # A tight deadline shrinks the sampling window rather than losing the whole snapshot.
-    window_s = float(kw.get("window") or 2.0)
+    window_s = float(2.0 if kw.get("window") is None else kw["window"])
     collect_kw["window"] = min(window_s, max(0.2, collect_s * WINDOW_SHARE))
     if verbose:
         click.echo(

@@ -93,6 +93,40 @@ def test_progressing_compile(run_scenario, hangdoctor_cli, tmp_path):
     assert _top(a) == "compile-in-progress"
 
 
+def test_window_0_takes_one_sample_and_still_names_the_deadlock(run_scenario, hangdoctor_cli, tmp_path):
+    """`--window 0`: the evidence of one `ps` + one `py-spy dump` per process (what a person
+    gathers by hand), no waiting; 'hung' is then inferred from the stacks and the log, and the
+    report says it was not measured."""
+    info = run_scenario("postload", workers=4)
+    proc, a, out, _ = _diagnose(hangdoctor_cli, info, tmp_path, "--window", "0")
+    assert proc.returncode == 3, proc.stderr
+    assert a["verdict"] == "hung" and _top(a) == "post-load-deadlock"
+    assert "one live sample (--window 0)" in a["verdict_reason"]
+    assert "inferred, not measured" in a["verdict_reason"]
+    snap = json.loads(out.with_name("report.snapshot.json").read_text())
+    assert snap["window_s"] == 0
+    assert {len(s["samples"]) for s in snap["stacks"].values()} == {1}  # no second round
+    for p in snap["processes"]:  # nothing was compared over time, so no deltas are claimed
+        assert "cpu_delta_s" not in p and "cpu_pct" not in p and "cpu_time_s" in p
+    checks = {c["id"]: c for c in a["checks"]}
+    assert checks["activity.window"]["verdict"] == "skipped"
+    assert "timing" in checks["activity.window"]["missing"]
+
+
+def test_window_0_on_a_healthy_server_is_healthy(run_scenario, hangdoctor_cli, tmp_path):
+    info = run_scenario("healthy", workers=2)
+    proc, a, _, _ = _diagnose(hangdoctor_cli, info, tmp_path, "--window", "0")
+    assert proc.returncode == 0 and a["verdict"] == "healthy", (proc.stderr, a["verdict_reason"])
+    assert all(c["score"] < 0.3 for c in a["causes"]), a["causes"]
+
+
+def test_a_window_below_0_2_s_other_than_0_is_refused(hangdoctor_cli):
+    proc = hangdoctor_cli("diagnose", "localhost", "--window", "0.1")
+    assert proc.returncode == 2
+    assert "give 0 (one sample) or at least 0.2 seconds" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
 def test_no_pid_discovers_servers(run_scenario, hangdoctor_cli, tmp_path):
     info = run_scenario("postload", workers=2)
     proc = hangdoctor_cli("diagnose", "localhost", "--window", "1", "--json")

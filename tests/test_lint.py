@@ -95,3 +95,55 @@ def test_probe_bundle_runs_in_a_bare_interpreter(tmp_path, python: str) -> None:
     statuses = {m["source"]: m["status"] for m in snap["manifest"]}
     assert statuses["processes"] == "ok"
     assert statuses["nvml"] in ("unavailable", "ok", "failed")
+
+
+LOADER = 'import sys; exec(compile(sys.stdin.buffer.read(), "<hangdoctor-probe>", "exec"))'
+
+
+def _probe_code_origin(script: str) -> str:
+    """Run the bundle's module loading only and say where probe.collect's code came from."""
+    last = script.rstrip("\n").rsplit("\n", 1)
+    assert last[1].startswith("_p.main_json("), last[1]
+    script = last[0] + "\nprint(_p.collect.__code__.co_filename)\n"
+    proc = subprocess.run([sys.executable, "-I", "-S", "-c", LOADER], input=script,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.strip()
+
+
+def test_probe_bundle_ships_compiled_code_for_the_same_python_and_source_for_others() -> None:
+    """A remote Python of this version loads the shipped code; any other (another magic
+    number, or no code shipped) compiles the source, and the probe is the same either way."""
+    import base64
+
+    from hangdoctor.collect.bundle import build_probe_script
+
+    script = build_probe_script({"window_s": 0, "root_pids": []})
+    assert _probe_code_origin(script).endswith("hangdoctor/collect/probe.py")  # marshalled
+    other = base64.b64encode(b"\x00\x00\r\n").decode()
+    tag = base64.b64encode(__import__("importlib.util").util.MAGIC_NUMBER).decode()
+    assert script.count(repr(tag)) == 1
+    assert _probe_code_origin(script.replace(repr(tag), repr(other))) == "<hangdoctor:hangdoctor.collect.probe>"
+    no_code = build_probe_script({"window_s": 0, "root_pids": []}, with_code=False)
+    assert len(no_code) < len(script) / 2
+    assert _probe_code_origin(no_code) == "<hangdoctor:hangdoctor.collect.probe>"
+
+
+def test_probe_bundle_reads_stdin_fast_and_prints_one_snapshot(tmp_path) -> None:
+    """The way SSH runs it: `python3 -c LOADER` with the bundle on stdin."""
+    import json
+
+    from hangdoctor.collect.bundle import build_probe_script
+
+    target = subprocess.Popen(["sleep", "60"])
+    try:
+        script = build_probe_script({"window_s": 0, "deadline_s": 10, "root_pids": [target.pid],
+                                     "kernel_log": False, "nvml": False})
+        proc = subprocess.run([sys.executable, "-c", LOADER], input=script, capture_output=True,
+                              text=True, timeout=60, cwd=tmp_path)
+    finally:
+        target.kill()
+        target.wait()
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    snap = json.loads(proc.stdout)
+    assert snap["window_s"] == 0 and [p["pid"] for p in snap["processes"]] == [target.pid]

@@ -54,7 +54,8 @@ while th.is_alive() and time.monotonic() < deadline:
 t = time.monotonic()
 gpus, entry = s.result()
 print(json.dumps({"gpus": gpus, "manifest": entry, "result_s": time.monotonic() - t,
-                  "run_alive": th.is_alive(), "polls": polls}))
+                  "run_alive": th.is_alive(), "polls": polls,
+                  "pynvml_imported": "pynvml" in sys.modules}))
 """
 
 
@@ -272,6 +273,13 @@ def test_no_driver_here_is_unavailable_not_an_error():
     assert out["gpus"] is None
     assert out["manifest"]["status"] == "unavailable"
     assert out["manifest"]["detail"] == "no NVIDIA driver (libnvidia-ml.so.1 not found)"
+    # told by loading the library the way pynvml would, without importing pynvml (~70 ms)
+    assert out["pynvml_imported"] is False
+
+
+def test_with_a_driver_library_pynvml_is_imported(libs, pids):
+    out = fake(libs, "h200x2-nccl-wait", pids)
+    assert out["manifest"]["status"] == "ok" and out["pynvml_imported"] is True
 
 
 def test_ships_as_stdlib_only_source():

@@ -35,7 +35,7 @@ def test_wheel_ships_checks_templates_and_no_toplevel_checks(wheel: Path) -> Non
     entry = [n for n in names if n.endswith("entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry[0]).decode()
     assert "[hangdoctor.checks]" in text and "builtin = hangdoctor.checks" in text
-    assert "hangdoctor = hangdoctor.cli:main" in text
+    assert "hangdoctor = hangdoctor.cli:run" in text
 
 
 def test_every_package_dir_is_in_the_wheel(wheel: Path) -> None:

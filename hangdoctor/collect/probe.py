@@ -170,22 +170,30 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         futures["http:%d" % port] = pool.submit(sources.http_probe, port, ip, http_timeout)
     if cfg.kernel_log:
         futures["kernel"] = pool.submit(sources.kernel_log, 3.0)
-    sampler = None
+    gpu = {}  # type: Dict[str, Any]
     sampler_thread = None
     if cfg.nvml:
-        try:
-            from hangdoctor.collect import nvml as nvml_mod
-            sampler = nvml_mod.GpuSampler(window_s=max(window_s, 0.5))
-            sampler_thread = threading.Thread(target=sampler.run, name="hd-nvml", daemon=True)
-            sampler_thread.start()
-        except Exception as exc:
-            man.add("nvml", "failed", 0.0, "NVML sampler could not start: %s" % exc)
-            sampler = None
+        # --window 0: one sample at each edge, right away
+        gpu_window_s = max(window_s, 0.5) if window_s > 0 else 0.0
+
+        def sample_gpus() -> None:
+            # The adapter is imported here, off the main thread: on a host without GPUs its
+            # import is most of its cost, and it overlaps the first dumps this way.
+            try:
+                from hangdoctor.collect import nvml as nvml_mod
+                gpu["sampler"] = nvml_mod.GpuSampler(window_s=gpu_window_s)
+            except Exception as exc:
+                gpu["error"] = "NVML sampler could not start: %s" % exc
+                return
+            gpu["sampler"].run()
+
+        sampler_thread = threading.Thread(target=sample_gpus, name="hd-nvml", daemon=True)
+        sampler_thread.start()
 
     # the window. The second round of dumps is timed to end with the window rather than start
     # after it: with many workers a round costs n x (one dump's CPU) / cores.
     window_end = t_start + window_s
-    if pyspy_bin and py_targets:
+    if pyspy_bin and py_targets and window_s > 0:
         time.sleep(max(0.0, min(window_end - _round_lead(futures, py_targets, window_s) - time.monotonic(),
                                 hard_deadline - time.monotonic())))
         for r in py_targets:
@@ -197,7 +205,9 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                 native=False, with_locals=False, sudo=cfg.sudo)
     time.sleep(max(0.0, min(window_end - time.monotonic(), hard_deadline - time.monotonic())))
     t_window_end = time.monotonic()
-    actual_window = max(0.001, t_window_end - t_start)
+    # --window 0: one sample, nothing compared over time (window_s 0, no deltas), as a person
+    # running `ps` and `py-spy dump` once would see it
+    actual_window = max(0.001, t_window_end - t_start) if window_s > 0 else 0.0
     snap["window_s"] = round(actual_window, 3)
     for r in readers:
         try:
@@ -277,13 +287,19 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             man.add("kernel_log", "timeout", 0.0, "dmesg did not finish by the deadline")
 
     # GPUs
-    if sampler is not None:
-        if sampler_thread is not None:
-            sampler_thread.join(timeout=max(0.0, min(2.0, hard_deadline - time.monotonic())))
-        try:
-            gpus, entry = sampler.result()
-        except Exception as exc:
-            gpus, entry = None, {"source": "nvml", "status": "failed", "detail": str(exc)}
+    if sampler_thread is not None:
+        sampler_thread.join(timeout=max(0.0, min(2.0, hard_deadline - time.monotonic())))
+        sampler = gpu.get("sampler")
+        if sampler is not None:
+            try:
+                gpus, entry = sampler.result()
+            except Exception as exc:
+                gpus, entry = None, {"source": "nvml", "status": "failed", "detail": str(exc)}
+        elif "error" in gpu:
+            gpus, entry = None, {"source": "nvml", "status": "failed", "detail": gpu["error"]}
+        else:
+            gpus, entry = None, {"source": "nvml", "status": "timeout",
+                                 "detail": "the NVML adapter had not started by the deadline"}
         if gpus is not None:
             snap["gpus"] = gpus
         man.add(entry.get("source", "nvml"), entry.get("status", "failed"),
@@ -454,6 +470,10 @@ def main_json(config_json: str) -> None:
     out = json.dumps(snap, separators=(",", ":"), default=str)
     sys.stdout.write(out + "\n")
     sys.stdout.flush()
+    sys.stderr.flush()
+    # Nothing is left to clean up (every source finished or was given up on by the deadline);
+    # skip the interpreter's teardown, and never wait on a thread stuck in a driver call.
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -234,11 +234,13 @@ class ProcReader:
         cpu_a = (int(self.a["utime"]) + int(self.a["stime"])) / procfs.CLK_TCK
         cpu_b = (int(b["utime"]) + int(b["stime"])) / procfs.CLK_TCK
         rec["cpu_time_s"] = round(cpu_b, 3)
-        rec["cpu_delta_s"] = round(max(0.0, cpu_b - cpu_a), 3)
-        rec["cpu_pct"] = round(100.0 * rec["cpu_delta_s"] / window_s, 1) if window_s > 0 else None
         rec["status_end"] = b["state"]
         rec["zombie"] = b["state"] == "Z"
         rec["alive"] = b["state"] not in ("Z", "X")
+        if window_s <= 0:
+            return  # one sample (--window 0): no window to measure movement over
+        rec["cpu_delta_s"] = round(max(0.0, cpu_b - cpu_a), 3)
+        rec["cpu_pct"] = round(100.0 * rec["cpu_delta_s"] / window_s, 1)
         for t in rec.get("threads", []):
             ta = self.threads_a.get(t["tid"])
             tb = procfs.thread_stat(pid, t["tid"], proc)

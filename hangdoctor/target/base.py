@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Optional, Protocol
 
 from hangdoctor.collect.config import ProbeConfig
 
@@ -14,11 +15,17 @@ class Target(Protocol):
     It raises :class:`hangdoctor.errors.TargetError` when the host cannot be used at all
     (unreachable, auth failure, host key refused); anything less is recorded in the
     snapshot's manifest instead.
+
+    ``on_started``, when given, is called once the probe is running on the host (its command
+    sent, or its thread started): from then on the caller's own work no longer slows the
+    connection or the probe's first sample.
     """
 
     name: str
 
-    async def collect(self, config: ProbeConfig) -> dict[str, Any]: ...
+    async def collect(
+        self, config: ProbeConfig, on_started: Optional[Callable[[], None]] = None
+    ) -> dict[str, Any]: ...
 
 
 @dataclass

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Optional
 
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import TargetError
@@ -14,7 +15,9 @@ class LocalTarget:
     def __init__(self, name: str = "localhost") -> None:
         self.name = name
 
-    async def collect(self, config: ProbeConfig) -> dict[str, Any]:
+    async def collect(
+        self, config: ProbeConfig, on_started: Optional[Callable[[], None]] = None
+    ) -> dict[str, Any]:
         from hangdoctor.collect.probe import collect
 
         loop = asyncio.get_running_loop()
@@ -31,6 +34,8 @@ class LocalTarget:
         # A daemon thread, not the default executor: a probe stuck in a blocked C call (a
         # wedged NVML) must not keep the interpreter alive after the deadline.
         threading.Thread(target=work, name="hd-probe", daemon=True).start()
+        if on_started is not None:
+            on_started()
         try:
             return await asyncio.wait_for(fut, config.deadline_s + 5.0)
         except asyncio.TimeoutError:

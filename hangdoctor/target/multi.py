@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import HangdoctorError, UsageError
@@ -32,13 +33,15 @@ def parse_host_spec(spec: str, **ssh_kwargs: Any) -> Target:
     return SshTarget(name, **ssh_kwargs)
 
 
-async def _collect_one(target: Target, config: ProbeConfig, end: float) -> HostResult:
+async def _collect_one(
+    target: Target, config: ProbeConfig, end: float, on_started: Callable[[], None]
+) -> HostResult:
     start = time.monotonic()
     name = getattr(target, "name", repr(target))
     result = HostResult(name=name)
     try:
         remaining_s = max(0.0, end - start)
-        result.snapshot = await asyncio.wait_for(target.collect(config), remaining_s)
+        result.snapshot = await asyncio.wait_for(target.collect(config, on_started), remaining_s)
     except HangdoctorError as exc:
         result.error, result.remedy = exc.message, exc.remedy
     except (asyncio.TimeoutError, TimeoutError):
@@ -49,6 +52,8 @@ async def _collect_one(target: Target, config: ProbeConfig, end: float) -> HostR
     except Exception as exc:  # one host's bug must not lose the other hosts' evidence
         result.error = f"{name}: collection failed: {type(exc).__name__}: {exc}"
         result.remedy = "this is a hangdoctor bug; please report it with the message"
+    finally:
+        on_started()  # a host that failed before its probe ran is not waited for either
     result.duration_s = time.monotonic() - start
     return result
 
@@ -57,11 +62,13 @@ async def collect_all(
     targets: list[Target],
     config_for: Callable[[Target], ProbeConfig],
     deadline_s: float,
+    all_started: Optional[threading.Event] = None,
 ) -> list[HostResult]:
     """Collect from every target concurrently; one HostResult per target, in input order.
 
     Never raises for one host's failure: it becomes that host's ``error`` and ``remedy``.
     ``deadline_s`` bounds the whole call; a host still busy then is reported as timed out.
+    ``all_started`` is set once every host's probe runs (or its host failed before that).
     """
     end = time.monotonic() + deadline_s
     results: list[HostResult] = []
@@ -73,9 +80,23 @@ async def collect_all(
             results.append(HostResult(name=target.name, error=exc.message, remedy=exc.remedy))
             continue
         results.append(HostResult(name=target.name))
-        jobs.append((len(results) - 1, _collect_one(target, config, end)))
-    done = await asyncio.gather(*(job for _, job in jobs))
-    for (index, _), result in zip(jobs, done):
+        jobs.append((len(results) - 1, target, config))
+    waiting = {id(target) for _, target, _ in jobs}
+
+    def started_for(target: Target) -> Callable[[], None]:
+        def started() -> None:
+            waiting.discard(id(target))
+            if not waiting and all_started is not None:
+                all_started.set()
+
+        return started
+
+    if not jobs and all_started is not None:
+        all_started.set()
+    done = await asyncio.gather(
+        *(_collect_one(target, config, end, started_for(target)) for _, target, config in jobs)
+    )
+    for (index, _, _), result in zip(jobs, done):
         results[index] = result
     return results
 

@@ -17,21 +17,23 @@ import re
 import shlex
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-import asyncssh
-
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.collect.pyspy import pyspy_candidates
 from hangdoctor.errors import TargetError, UsageError
+from hangdoctor.target.asyncssh_import import import_asyncssh
 from hangdoctor.target.sshconfig import (
     HOST_KEY_POLICIES,
     known_hosts_pattern,
     parse_host,
     parse_ssh_options,
 )
+
+asyncssh = import_asyncssh()
 
 DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_MARGIN_S = 5.0  # on top of the probe's own deadline: discovery, upload, transfer
@@ -40,6 +42,11 @@ STDERR_TAIL_BYTES = 2048
 TMPDIR_PREFIX = "hangdoctor-pyspy."
 _TMPDIR_RE = re.compile(r"^/[^\s'\"]*/hangdoctor-pyspy\.[A-Za-z0-9]+$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# How the remote Python runs the probe that arrives on stdin. Not `python3 -`: CPython's
+# tokenizer reads a script from a pipe slowly when its lines are long (the bundle's are), ~80 ms
+# for the bundle against ~1 ms for one read() and compile().
+_LOADER = 'import sys; exec(compile(sys.stdin.buffer.read(), "<hangdoctor-probe>", "exec"))'
+_LOADER_Q = shlex.quote(_LOADER)
 
 # ELF e_machine -> `uname -m` spelling, to tell whether our py-spy binary runs over there.
 _ELF_MACHINES = {
@@ -463,12 +470,12 @@ class SshTarget:
             'echo "hd_uid=$(id -u)"; echo "hd_tmpdir=$d"; }; '
             # Fast path, one round trip: python and py-spy are there, so run the probe (its
             # source is already on stdin) and report the facts on stderr.
-            'if [ -n "$py" ] && [ -n "$sp" ]; then facts >&2; exec "$py" -; fi; '
+            f'if [ -n "$py" ] && [ -n "$sp" ]; then facts >&2; exec "$py" -c {_LOADER_Q}; fi; '
             "facts"
         )
 
     def _probe_command(self, python: str, tmpdir: Optional[str]) -> str:
-        run_py = f"{shlex.quote(python)} -"
+        run_py = f"{shlex.quote(python)} -c {_LOADER_Q}"
         if not tmpdir:
             return _sh(self._env_prefix() + "exec " + run_py)
         # The shell stays as the probe's parent so its EXIT trap removes the uploaded py-spy
@@ -480,19 +487,33 @@ class SshTarget:
         )
 
     async def _run(
-        self, conn: asyncssh.SSHClientConnection, command: str, stdin: bytes = b""
+        self,
+        conn: asyncssh.SSHClientConnection,
+        command: str,
+        stdin: bytes = b"",
+        on_sent: Optional[Callable[[], None]] = None,
     ) -> asyncssh.SSHCompletedProcess:
-        return await conn.run(command, input=stdin, encoding=None, check=False)
+        """``conn.run``, calling ``on_sent`` once the command and its stdin are on their way."""
+        process = await conn.create_process(command, input=stdin, encoding=None)
+        if on_sent is not None:
+            on_sent()
+        return await process.wait(check=False)
 
     async def _discover(
-        self, conn: asyncssh.SSHClientConnection, run: _Run, probe_stdin: bytes
+        self,
+        conn: asyncssh.SSHClientConnection,
+        run: _Run,
+        probe_stdin: bytes,
+        on_sent: Optional[Callable[[], None]] = None,
     ) -> tuple[Optional[str], Optional[asyncssh.SSHCompletedProcess]]:
         """Fill ``run`` with the remote facts. Returns (the local py-spy to upload, if any; the
         probe's result when the fast path already ran it)."""
         local_pyspy = find_local_pyspy(self.local_pyspy) if self.upload_pyspy else None
         local_arch = elf_arch(local_pyspy) if local_pyspy else None
         upload_arch = normalise_arch(local_arch) if local_arch else None
-        result = await self._run(conn, _sh(self._discovery_script(upload_arch)), stdin=probe_stdin)
+        result = await self._run(
+            conn, _sh(self._discovery_script(upload_arch)), stdin=probe_stdin, on_sent=on_sent
+        )
         # The fast path reports the facts on stderr and then runs the probe.
         fast = b"hd_uid=" in (result.stderr or b"") and b"hd_uid=" not in (result.stdout or b"")
         facts_text = (result.stderr if fast else result.stdout) or b""
@@ -571,14 +592,18 @@ class SshTarget:
 
     # --- the collection -----------------------------------------------------------------
 
-    async def collect(self, config: ProbeConfig) -> dict[str, Any]:
+    async def collect(
+        self, config: ProbeConfig, on_started: Optional[Callable[[], None]] = None
+    ) -> dict[str, Any]:
         """Run the probe on the host once; return its snapshot or raise TargetError."""
         run = _Run()
         self.last_run = run
         start = time.monotonic()
         total_s = self.total_deadline_s(config)
         try:
-            return await asyncio.wait_for(self._collect(config, run, start), total_s)
+            return await asyncio.wait_for(
+                self._collect(config, run, start, on_started), total_s
+            )
         except (asyncio.TimeoutError, TimeoutError):
             elapsed = time.monotonic() - start
             raise TargetError(
@@ -587,7 +612,13 @@ class SshTarget:
                 "needs longer, raise --deadline",
             ) from None
 
-    async def _collect(self, config: ProbeConfig, run: _Run, start: float) -> dict[str, Any]:
+    async def _collect(
+        self,
+        config: ProbeConfig,
+        run: _Run,
+        start: float,
+        on_started: Optional[Callable[[], None]] = None,
+    ) -> dict[str, Any]:
         resolved = self._resolve()
         conn = await self._connect(resolved, run)
         run.timings_s["connect"] = time.monotonic() - start
@@ -598,8 +629,9 @@ class SshTarget:
                 probe_config["host_name"] = self.name
             run.phase = "checking the remote (python, py-spy) and probing"
             t = time.monotonic()
+            # On the fast path this command runs the probe too.
             local_pyspy, fast = await self._discover(
-                conn, run, _probe_script(probe_config).encode("utf-8")
+                conn, run, _probe_script(probe_config).encode("utf-8"), on_sent=on_started
             )
             run.timings_s["check"] = time.monotonic() - t
             if fast is not None:
@@ -619,6 +651,7 @@ class SshTarget:
                 conn,
                 self._probe_command(run.python, run.tmpdir),
                 stdin=_probe_script(probe_config).encode("utf-8"),
+                on_sent=on_started,
             )
             run.timings_s["probe"] = time.monotonic() - t
             # The probe shell's EXIT trap removed the temp dir when it returned.

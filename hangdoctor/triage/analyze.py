@@ -120,10 +120,12 @@ def decide_verdict(ev: Evidence, facts: dict[str, Any], causes: list[dict[str, A
         if strong_hang or not facts["moving"]:
             return "hung", f"alive, {port}, {still} over {ev.window_s:.1f} s"
         return "progressing", "moving: " + "; ".join(facts["moving"][:3])
-    # pasted evidence: no window, movement cannot be judged
+    # pasted evidence or a live --window 0: one sample, movement cannot be judged
+    no_window = ("one live sample (--window 0) has no sampling window" if ev.origin == "live"
+                 else "pasted evidence has no sampling window")
     if top is not None and top["score"] >= 0.4:
-        return "hung", f"the evidence matches {top['id']}; pasted evidence has no sampling window, so 'hung' is inferred, not measured"
-    return "inconclusive", "too little evidence to tell hung from slow; see 'next command'"
+        return "hung", f"the evidence matches {top['id']}; {no_window}, so 'hung' is inferred, not measured"
+    return "inconclusive", f"too little evidence to tell hung from slow ({no_window}); see 'next command'"
 
 
 def _rank_rows(ev: Evidence) -> list[dict[str, Any]]:

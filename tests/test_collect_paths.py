@@ -1,0 +1,98 @@
+"""What the collection does to be fast must not change what it collects.
+
+The warm-up (checks, triage, templates) waits until every host's probe runs; asyncssh is
+imported without its compiler-driven library search; the CLI entry point leaves without the
+interpreter's teardown. Each keeps its behaviour here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import threading
+
+from hangdoctor.collect.config import ProbeConfig
+from hangdoctor.target import multi
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_all_started_is_set_when_every_probe_runs_or_its_host_failed(tmp_path):
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        local = multi.parse_host_spec("localhost")
+        refused = multi.parse_host_spec(f"root@127.0.0.1:{_closed_port()}",
+                                        known_hosts=str(tmp_path / "known_hosts"))
+        started = threading.Event()
+        seen_before_results: list[bool] = []
+
+        def config_for(target):
+            return ProbeConfig(root_pids=[sleeper.pid], window_s=0.5, deadline_s=10,
+                               nvml=False, kernel_log=False)
+
+        async def main():
+            task = asyncio.ensure_future(multi.collect_all([local, refused], config_for, 20, started))
+            while not task.done():
+                if started.is_set():
+                    seen_before_results.append(True)
+                    break
+                await asyncio.sleep(0.01)
+            return await task
+
+        results = asyncio.run(main())
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert started.is_set()
+    assert seen_before_results, "set while the local probe was still sampling its window"
+    assert results[0].snapshot is not None and results[0].error is None
+    assert results[1].snapshot is None and "refused" in results[1].error
+
+
+def test_all_started_is_set_with_no_host_to_collect_from():
+    started = threading.Event()
+    asyncio.run(multi.collect_all([], lambda t: ProbeConfig(), 5, started))
+    assert started.is_set()
+
+
+def test_asyncssh_library_lookups_use_the_ldconfig_cache_only(monkeypatch):
+    import ctypes.util
+
+    from hangdoctor.target import asyncssh_import
+
+    def searched(name):
+        raise AssertionError(f"gcc/ld search ran for {name}")
+
+    monkeypatch.setattr(ctypes.util, "_findLib_gcc", searched, raising=False)
+    monkeypatch.setattr(ctypes.util, "_findLib_ld", searched, raising=False)
+    original = ctypes.util.find_library
+    with asyncssh_import._ldconfig_only():
+        assert ctypes.util.find_library is not original
+        assert ctypes.util.find_library("c") == ctypes.util._findSoname_ldconfig("c")
+        assert ctypes.util.find_library("c") is not None
+        assert ctypes.util.find_library("hangdoctor-no-such-library") is None
+    assert ctypes.util.find_library is original
+    mod = asyncssh_import.import_asyncssh()
+    assert mod.__name__ == "asyncssh" and hasattr(mod, "connect")
+    assert ctypes.util.find_library is original
+
+
+def test_the_entry_point_keeps_exit_codes_and_output_through_a_closed_pipe():
+    """`run()` ends with os._exit: the exit status, stdout and stderr must still arrive."""
+    ok = subprocess.run([sys.executable, "-m", "hangdoctor", "--version"],
+                        capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "hangdoctor" in ok.stdout
+    usage = subprocess.run([sys.executable, "-m", "hangdoctor", "diagnose"],
+                           capture_output=True, text=True, timeout=60)
+    assert usage.returncode == 2 and "no host given" in usage.stderr
+    # a reader that leaves early: no "Exception ignored" noise, no traceback
+    piped = subprocess.run(f"{sys.executable} -m hangdoctor checks | head -c 10", shell=True,
+                           capture_output=True, text=True, timeout=60)
+    assert len(piped.stdout) == 10
+    assert "Traceback" not in piped.stderr and "Exception ignored" not in piped.stderr

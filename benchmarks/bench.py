@@ -308,6 +308,16 @@ def measure_workers(
                         ],
                         MANUAL_TIMEOUT_S,
                     )
+                    # hangdoctor with the manual sequence's evidence (one sample of each
+                    # process, no window), measured right beside it
+                    run.ssh_one = diagnose_ssh(
+                        python, env, workdir, pool, [0], [*ssh_args, *common], 0.0
+                    )
+                    if run.ssh_one.verdict != "hung":
+                        res.errors.append(
+                            f"{workers} workers, ssh --window 0, run {r + 1}: verdict "
+                            f"{run.ssh_one.verdict} (rc {run.ssh_one.m.rc})"
+                        )
                     if run.manual.rc != 0:
                         res.errors.append(
                             f"manual baseline, {workers} workers: rc "
@@ -344,6 +354,7 @@ def measure_workers(
                     f"{local.m.wall_s:.2f} s, ssh {ssh.m.wall_s:.2f} s"
                     + (f", upload {run.upload.m.wall_s:.2f} s" if run.upload else "")
                     + (f", manual {run.manual.wall_s:.2f} s" if run.manual else "")
+                    + (f", ssh -w 0 {run.ssh_one.m.wall_s:.2f} s" if run.ssh_one else "")
                     + (f", manual -w {run.manual_same.wall_s:.2f} s" if run.manual_same else "")
                 )
             if runs:
@@ -374,7 +385,7 @@ def measure_hosts(
                 a += ["--pid", f"{pool.hosts[i].alias}:{scenarios[i].launcher_pid}"]
             return a
 
-        diagnose(python, env, workdir, args_for(2), 0.5)  # warm-up, not counted
+        diagnose(python, env, workdir, args_for(min(2, count)), 0.5)  # warm-up, not counted
         for r in range(res.runs):
             one = diagnose_ssh(python, env, workdir, pool, [0], args_for(1), res.window_s)
             for n in res.host_sizes:

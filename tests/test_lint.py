@@ -147,3 +147,30 @@ def test_probe_bundle_reads_stdin_fast_and_prints_one_snapshot(tmp_path) -> None
     assert proc.returncode == 0, proc.stderr[-2000:]
     snap = json.loads(proc.stdout)
     assert snap["window_s"] == 0 and [p["pid"] for p in snap["processes"]] == [target.pid]
+
+
+def test_probe_under_python_S_adds_site_packages_in_a_thread_when_asked(tmp_path) -> None:
+    """SSH runs the probe as `python3 -S` with late_site: the window starts without waiting for
+    site-packages; they arrive in a thread (seen here through psutil, installed here)."""
+    import importlib.util
+    import json
+
+    from hangdoctor.collect.bundle import build_probe_script
+
+    if importlib.util.find_spec("psutil") is None:
+        pytest.skip("psutil is not installed here")
+    details = {}
+    for late in (True, False):
+        target = subprocess.Popen(["sleep", "60"])
+        try:
+            script = build_probe_script({"window_s": 0, "deadline_s": 10, "root_pids": [target.pid],
+                                         "kernel_log": False, "nvml": False, "late_site": late})
+            proc = subprocess.run([sys.executable, "-S", "-c", LOADER], input=script,
+                                  capture_output=True, text=True, timeout=60, cwd=tmp_path)
+        finally:
+            target.kill()
+            target.wait()
+        snap = json.loads(proc.stdout)
+        details[late] = next(m["detail"] for m in snap["manifest"] if m["source"] == "processes")
+    assert details[True].endswith("backend proc (psutil present)"), details
+    assert details[False].endswith("backend proc"), details

@@ -25,6 +25,9 @@ class ProbeConfig:
     kernel_log: bool = True
     max_dump_concurrency: int = 16
     host_name: str = "localhost"  # what the user typed, for the report
+    # The probe runs under `python3 -S` (SSH): site-packages (pynvml, psutil) are added in a
+    # thread while the window runs, not before it starts.
+    late_site: bool = False
     # Paths below exist so tests and fault injection can point the probe elsewhere.
     proc_root: str = "/proc"
     shm_path: str = "/dev/shm"

@@ -124,6 +124,8 @@ class GpuSampler:
     in a daemon thread; ``result()`` may be called from any thread at any time and never blocks
     on NVML. ``t0_monotonic`` sets the origin of sample times (the probe's window start);
     ``backend`` forces ``"pynvml"`` or ``"nvidia-smi"`` instead of ``"auto"``.
+    ``before_pynvml`` runs just before pynvml is imported, when the driver library is there
+    (the probe uses it to wait until site-packages are on ``sys.path``).
     """
 
     def __init__(
@@ -135,12 +137,14 @@ class GpuSampler:
         t0_monotonic: Optional[float] = None,
         backend: str = "auto",
         nvidia_smi: str = "nvidia-smi",
+        before_pynvml: Optional[Callable[[], None]] = None,
     ) -> None:
         self.window_s = max(0.0, float(window_s))
         self.interval_s = max(0.01, float(interval_s))
         self.call_timeout_s = float(call_timeout_s)
         self.backend = backend
         self.nvidia_smi = nvidia_smi
+        self.before_pynvml = before_pynvml
         self._t0 = t0_monotonic
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -346,6 +350,8 @@ class GpuSampler:
             # What nvmlInit would say, without importing pynvml (~70 ms of CPU that a host
             # without GPUs would spend during the window, against the probe's other threads).
             return self._init_failed_no_driver(_NO_DRIVER_DETAIL)
+        if self.before_pynvml is not None:
+            self.before_pynvml()
         self._begin("import pynvml", None)
         try:
             import pynvml  # nvidia-ml-py

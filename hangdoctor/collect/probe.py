@@ -86,6 +86,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         "window_s": window_s,
         "notes": [],
     }  # type: Dict[str, Any]
+    site_thread = _start_site(cfg)
     snap["host"] = _host_info(cfg)
 
     # targets
@@ -125,11 +126,10 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         except Exception as exc:  # a process that changed mid-read must not stop the probe
             r.record.update({"alive": False, "exit_info": "unreadable: %s" % exc})
     mem_a, vm_a = procfs.meminfo(proc), procfs.vmstat(proc)
-    # /proc is read directly (it is faster); psutil's presence is only recorded, not imported
-    proc_backend = "proc (psutil present)" if _has_module("psutil") else "proc"
     denied_env = [r.pid for r in readers if r.record.get("env_status") == "denied"]
+    # the backend is named after the window: psutil's presence needs site-packages
     man.add("processes", "ok" if readers or not roots else "failed", time.monotonic() - t0,
-            "%d processes in %d tree(s); backend %s" % (len(readers), len(roots), proc_backend))
+            "%d processes in %d tree(s)" % (len(readers), len(roots)))
     if denied_env:
         man.add("environ", "denied", 0.0,
                 "/proc/PID/environ unreadable for %d process(es): %s" % (
@@ -181,7 +181,9 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             # import is most of its cost, and it overlaps the first dumps this way.
             try:
                 from hangdoctor.collect import nvml as nvml_mod
-                gpu["sampler"] = nvml_mod.GpuSampler(window_s=gpu_window_s)
+                gpu["sampler"] = nvml_mod.GpuSampler(
+                    window_s=gpu_window_s,
+                    before_pynvml=lambda: _join(site_thread, hard_deadline - 2.0))
             except Exception as exc:
                 gpu["error"] = "NVML sampler could not start: %s" % exc
                 return
@@ -286,6 +288,13 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         else:
             man.add("kernel_log", "timeout", 0.0, "dmesg did not finish by the deadline")
 
+    # /proc is read directly (it is faster); psutil's presence is only recorded, not imported
+    _join(site_thread, hard_deadline - 0.5)
+    for entry in man.entries:
+        if entry["source"] == "processes":
+            entry["detail"] += "; backend %s" % (
+                "proc (psutil present)" if _has_module("psutil") else "proc")
+
     # GPUs
     if sampler_thread is not None:
         sampler_thread.join(timeout=max(0.0, min(2.0, hard_deadline - time.monotonic())))
@@ -335,6 +344,32 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     if cfg.redact:
         _redact_snapshot(snap)
     return snap
+
+
+def _start_site(cfg: ProbeConfig) -> Optional[threading.Thread]:
+    """Under ``python3 -S`` with ``late_site``: run site.main() in a thread.
+
+    Only pynvml and the psutil check need site-packages, and a server's Python environment
+    can take 50 ms or more to set up (its .pth files); the probe's first sample need not wait.
+    """
+    if not (cfg.late_site and sys.flags.no_site):
+        return None
+
+    def load() -> None:
+        try:
+            import site
+            site.main()
+        except Exception:  # a broken .pth: the stdlib probe does without site-packages
+            pass
+
+    thread = threading.Thread(target=load, name="hd-site", daemon=True)
+    thread.start()
+    return thread
+
+
+def _join(thread: Optional[threading.Thread], until: float) -> None:
+    if thread is not None:
+        thread.join(timeout=max(0.0, until - time.monotonic()))
 
 
 def _has_module(name: str) -> bool:

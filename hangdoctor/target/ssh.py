@@ -44,9 +44,10 @@ _TMPDIR_RE = re.compile(r"^/[^\s'\"]*/hangdoctor-pyspy\.[A-Za-z0-9]+$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # How the remote Python runs the probe that arrives on stdin. Not `python3 -`: CPython's
 # tokenizer reads a script from a pipe slowly when its lines are long (the bundle's are), ~80 ms
-# for the bundle against ~1 ms for one read() and compile().
+# for the bundle against ~1 ms for one read() and compile(). -S: the probe is stdlib only, so it
+# starts without site-packages and adds them in a thread (ProbeConfig.late_site).
 _LOADER = 'import sys; exec(compile(sys.stdin.buffer.read(), "<hangdoctor-probe>", "exec"))'
-_LOADER_Q = shlex.quote(_LOADER)
+_RUN_PROBE_ARGS = "-S -c " + shlex.quote(_LOADER)
 
 # ELF e_machine -> `uname -m` spelling, to tell whether our py-spy binary runs over there.
 _ELF_MACHINES = {
@@ -470,12 +471,12 @@ class SshTarget:
             'echo "hd_uid=$(id -u)"; echo "hd_tmpdir=$d"; }; '
             # Fast path, one round trip: python and py-spy are there, so run the probe (its
             # source is already on stdin) and report the facts on stderr.
-            f'if [ -n "$py" ] && [ -n "$sp" ]; then facts >&2; exec "$py" -c {_LOADER_Q}; fi; '
+            f'if [ -n "$py" ] && [ -n "$sp" ]; then facts >&2; exec "$py" {_RUN_PROBE_ARGS}; fi; '
             "facts"
         )
 
     def _probe_command(self, python: str, tmpdir: Optional[str]) -> str:
-        run_py = f"{shlex.quote(python)} -c {_LOADER_Q}"
+        run_py = f"{shlex.quote(python)} {_RUN_PROBE_ARGS}"
         if not tmpdir:
             return _sh(self._env_prefix() + "exec " + run_py)
         # The shell stays as the probe's parent so its EXIT trap removes the uploaded py-spy
@@ -625,6 +626,7 @@ class SshTarget:
         finished = False
         try:
             probe_config = config.to_dict()
+            probe_config["late_site"] = True  # it runs under `python3 -S`
             if probe_config.get("host_name") in (None, "", "localhost"):
                 probe_config["host_name"] = self.name
             run.phase = "checking the remote (python, py-spy) and probing"

@@ -5,46 +5,81 @@ Stdlib only, Python 3.8 compatible (ships with the probe).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+import copy
 from typing import Any, Dict, List, Optional
 
-
-@dataclass
-class ProbeConfig:
-    root_pids: List[int] = field(default_factory=list)  # empty: discover inference servers
-    ports: List[int] = field(default_factory=list)  # extra ports to probe over HTTP
-    log_path: Optional[str] = None  # server log to tail (on the target host)
-    window_s: float = 2.0  # sampling window
-    deadline_s: float = 30.0  # the whole probe, hard
-    pyspy_path: Optional[str] = None  # py-spy binary on the target; None: find it
-    sudo: bool = False  # run py-spy through `sudo -n`
-    native: bool = False  # py-spy --native (slow on torch: ~0.5 s per process)
-    locals: bool = False  # py-spy --locals (redacted; off by default: prompts leak)
-    redact: bool = True
-    nvml: bool = True
-    kernel_log: bool = True
-    max_dump_concurrency: int = 16
-    host_name: str = "localhost"  # what the user typed, for the report
+# Not a dataclass: the probe imports this on remote hosts, where `dataclasses` (with `inspect`)
+# costs ~10 ms before the first sample. Field, default.
+_DEFAULTS = (
+    ("root_pids", []),  # empty: discover inference servers
+    ("ports", []),  # extra ports to probe over HTTP
+    ("log_path", None),  # server log to tail (on the target host)
+    ("window_s", 2.0),  # sampling window; 0: one sample
+    ("deadline_s", 30.0),  # the whole probe, hard
+    ("pyspy_path", None),  # py-spy binary on the target; None: find it
+    ("sudo", False),  # run py-spy through `sudo -n`
+    ("native", False),  # py-spy --native (slow on torch: ~0.5 s per process)
+    ("locals", False),  # py-spy --locals (redacted; off by default: prompts leak)
+    ("redact", True),
+    ("nvml", True),
+    ("kernel_log", True),
+    ("max_dump_concurrency", 16),
+    ("host_name", "localhost"),  # what the user typed, for the report
     # The probe runs under `python3 -S` (SSH): site-packages (pynvml, psutil) are added in a
     # thread while the window runs, not before it starts.
-    late_site: bool = False
+    ("late_site", False),
     # Paths below exist so tests and fault injection can point the probe elsewhere.
-    proc_root: str = "/proc"
-    shm_path: str = "/dev/shm"
-    env_prefixes: List[str] = field(
-        default_factory=lambda: [
-            "NCCL_", "CUDA_", "TORCH_", "VLLM_", "SGLANG_", "RANK", "LOCAL_RANK", "WORLD_SIZE",
-            "LOCAL_WORLD_SIZE", "MASTER_", "GROUP_RANK", "ROLE_RANK", "OMP_", "PYTORCH_", "HF_",
-            "TRANSFORMERS_", "TGI_", "TRTLLM_", "TLLM_", "NVIDIA_", "GLOO_", "UCX_", "FI_", "OMPI_",
-            "PMI_", "SLURM_", "KUBERNETES_", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
-            "HOSTNAME", "TP_", "DP_",
-        ]
-    )
+    ("proc_root", "/proc"),
+    ("shm_path", "/dev/shm"),
+    ("env_prefixes", [
+        "NCCL_", "CUDA_", "TORCH_", "VLLM_", "SGLANG_", "RANK", "LOCAL_RANK", "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE", "MASTER_", "GROUP_RANK", "ROLE_RANK", "OMP_", "PYTORCH_", "HF_",
+        "TRANSFORMERS_", "TGI_", "TRTLLM_", "TLLM_", "NVIDIA_", "GLOO_", "UCX_", "FI_", "OMPI_",
+        "PMI_", "SLURM_", "KUBERNETES_", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES",
+        "HOSTNAME", "TP_", "DP_",
+    ]),
+)
+FIELDS = tuple(name for name, _ in _DEFAULTS)
+
+
+class ProbeConfig:
+    """Keyword arguments only; every field has a default (a fresh copy for lists)."""
+
+    root_pids: List[int]
+    ports: List[int]
+    log_path: Optional[str]
+    window_s: float
+    deadline_s: float
+    pyspy_path: Optional[str]
+    sudo: bool
+    native: bool
+    locals: bool
+    redact: bool
+    nvml: bool
+    kernel_log: bool
+    max_dump_concurrency: int
+    host_name: str
+    late_site: bool
+    proc_root: str
+    shm_path: str
+    env_prefixes: List[str]
+
+    def __init__(self, **values: Any) -> None:
+        unknown = sorted(set(values) - set(FIELDS))
+        if unknown:
+            raise TypeError("ProbeConfig got unexpected field(s): %s" % ", ".join(unknown))
+        for name, default in _DEFAULTS:
+            setattr(self, name, values[name] if name in values else copy.copy(default))
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ProbeConfig) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return "ProbeConfig(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in FIELDS)
 
     def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
+        return {name: copy.deepcopy(getattr(self, name)) for name in FIELDS}
 
     @classmethod
     def from_dict(cls, data: Dict[str, Any]) -> ProbeConfig:
-        known = {k: v for k, v in data.items() if k in cls.__dataclass_fields__}
-        return cls(**known)
+        return cls(**{k: v for k, v in data.items() if k in FIELDS})

@@ -23,7 +23,6 @@ import socket
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Dict, List, Optional
 
 from hangdoctor import redact
@@ -50,6 +49,48 @@ class Manifest:
                 "source": source, "status": status, "duration_s": round(duration_s, 4),
                 "detail": detail, "remedy": remedy,
             })
+
+
+class _Task:
+    """One call in its own daemon thread, at most ``gate``'s count of them running at once."""
+
+    def __init__(self, fn: Any, args: Any, kwargs: Any, gate: threading.BoundedSemaphore) -> None:
+        self._finished = threading.Event()
+        self._value = None  # type: Any
+        self._error = None  # type: Optional[BaseException]
+
+        def run() -> None:
+            with gate:
+                try:
+                    self._value = fn(*args, **kwargs)
+                except BaseException as exc:  # handed to whoever asks for the result
+                    self._error = exc
+                finally:
+                    self._finished.set()
+
+        threading.Thread(target=run, name="hd-task", daemon=True).start()
+
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def result(self, timeout: Optional[float] = None) -> Any:
+        if not self._finished.wait(timeout):
+            raise TimeoutError("not finished in time")
+        if self._error is not None:
+            raise self._error
+        return self._value
+
+
+class _Pool:
+    """What the probe needs of a thread pool, without concurrent.futures (and the logging it
+    imports: ~10 ms before the first sample on a remote host). Its threads are daemons: a
+    source wedged past the deadline never holds the probe's exit."""
+
+    def __init__(self, workers: int) -> None:
+        self._gate = threading.BoundedSemaphore(workers)
+
+    def submit(self, fn: Any, *args: Any, **kwargs: Any) -> _Task:
+        return _Task(fn, args, kwargs, self._gate)
 
 
 def _round_lead(futures: Dict[str, Any], targets: List[ProcReader], window_s: float) -> float:
@@ -86,7 +127,6 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         "window_s": window_s,
         "notes": [],
     }  # type: Dict[str, Any]
-    site_thread = _start_site(cfg)
     snap["host"] = _host_info(cfg)
 
     # targets
@@ -151,7 +191,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     log_a = _log_start(log_path, man, given=bool(cfg.log_path))
 
     # background sources, all overlapping the window
-    pool = ThreadPoolExecutor(max_workers=max(4, min(cfg.max_dump_concurrency, 32)))
+    pool = _Pool(max(4, min(cfg.max_dump_concurrency, 32)))
     futures = {}  # type: Dict[str, Any]
     pyspy_bin = pyspy.find_pyspy(cfg.pyspy_path)
     py_targets = [r for r in readers if r.record.get("is_python") and r.record.get("alive")]
@@ -164,6 +204,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             futures["dumpA:%d" % r.pid] = pool.submit(
                 pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(r.record.get("status")),
                 native=cfg.native, with_locals=cfg.locals, sudo=cfg.sudo)
+    # after the first dumps are on their way: site.main() then overlaps their wait
+    site_thread = _start_site(cfg)
     ports, skipped_ports = sources.ports_to_probe(readers, cfg.ports)
     http_timeout = max(1.0, min(5.0, window_s if window_s > 0 else 2.0))
     for port, ip in sorted(ports.items())[:16]:
@@ -227,7 +269,6 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             results[key] = fut.result(timeout=max(0.0, remaining))
         except Exception as exc:  # timeout or crash of one source
             results[key] = exc
-    pool.shutdown(wait=False)
 
     # stacks
     stacks = {}  # type: Dict[str, Any]

@@ -37,6 +37,8 @@ _SAFE_KEYS = frozenset(
         "VLLM_USE_V1",
         "AWS_REGION",
         "AWS_DEFAULT_REGION",
+        "PWD",  # the shell's working directory, not a password (DB_PWD still is one)
+        "OLDPWD",
     }
 )
 

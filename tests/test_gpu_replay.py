@@ -21,6 +21,11 @@ CASES = [
     ("kernel-spin", "hung", "gpu-kernel-spin"),
     ("healthy-busy", "healthy", None),
     ("peer-never-joins-discovered", "hung", "nccl-desync"),  # found without --pid
+    # --window 0: one sample of each process, no window (0.8 / 0.9 s on the H200 host)
+    ("pipe-deadlock-window0", "hung", "post-load-deadlock"),
+    ("peer-never-joins-window0", "hung", "nccl-desync"),
+    # the probe run as SSH runs it: python3 -S, site-packages (pynvml) added in a thread
+    ("pipe-deadlock-ssh-style", "hung", "post-load-deadlock"),
 ]
 
 
@@ -34,6 +39,18 @@ def test_recorded_gpu_snapshot(name: str, verdict: str, top: str | None) -> None
         assert all(c["score"] < 0.3 for c in a["causes"]), a["causes"]
     else:
         assert a["causes"][0]["id"] == top, [(c["id"], c["score"]) for c in a["causes"]]
+
+
+def test_one_sample_says_hung_is_inferred_and_the_ssh_style_probe_read_nvml() -> None:
+    for name in ("pipe-deadlock-window0", "peer-never-joins-window0", "pipe-deadlock-ssh-style"):
+        snap = json.loads((FIXTURES / f"gpu-{name}.json").read_text())
+        assert snap["window_s"] == 0
+        assert {len(s["samples"]) for s in snap["stacks"].values()} == {1}
+        a = analyze([snap])
+        assert "one live sample (--window 0)" in a["verdict_reason"], a["verdict_reason"]
+    manifest = {m["source"]: m for m in snap["manifest"]}
+    assert manifest["nvml"]["status"] == "ok" and "pynvml" in manifest["nvml"]["detail"]
+    assert manifest["processes"]["detail"].endswith("backend proc (psutil present)")
 
 
 def test_without_pyspy_the_gpu_and_threads_still_point_at_the_collective() -> None:

@@ -332,3 +332,14 @@ def test_no_redact_keeps_secrets_and_says_so(secret_process, tmp_path: Path) -> 
     proc_md = _diagnose(helper, log, out, "--no-redact", "-o", "report.md")
     assert proc_md.returncode in (0, 3, 5, 6, 7)
     assert "NOT REDACTED" in md.read_text()
+
+
+def test_secret_key_names_and_the_harmless_look_alikes() -> None:
+    from hangdoctor.redact import is_secret_key, redact_env
+
+    for key in ("HF_TOKEN", "DB_PWD", "API_KEY", "AWS_SECRET_ACCESS_KEY", "MY_PASSWORD"):
+        assert is_secret_key(key), key
+    for key in ("PWD", "OLDPWD", "NCCL_IB_HCA", "TOKENIZERS_PARALLELISM", "CUDA_VISIBLE_DEVICES"):
+        assert not is_secret_key(key), key
+    env = redact_env({"PWD": "/srv/vllm", "DB_PWD": "hunter2"})
+    assert env == {"PWD": "/srv/vllm", "DB_PWD": "[REDACTED]"}

@@ -11,7 +11,9 @@
 # is recorded as skipped.
 #
 # Outputs per scenario: NAME.log (server log), NAME.ready.json, NAME.json (diagnose --json),
-# NAME.html, NAME.snapshot.json, NAME.stderr, NAME.nvidia-smi.txt, NAME.launcher.err.
+# NAME.html, NAME.snapshot.json, NAME.stderr, NAME.nvidia-smi.txt, NAME.launcher.err; with
+# WINDOWS="3 0" also NAME-w0.* (diagnosed with --window 0); with SSH_STYLE_PROBE=1 also
+# NAME-ssh-style.snapshot.json (the bundle run as `python3 -S -c ...`, as over SSH).
 set -u
 
 if [ $# -lt 1 ]; then
@@ -37,6 +39,8 @@ SPIN_SETTLE_S=2                         # kernel-spin: diagnose well inside its 
 DIAGNOSE_TIMEOUT_S=${DIAGNOSE_TIMEOUT_S:-90}
 HARD_LIMIT_S=${HARD_LIMIT_S:-465}       # the whole run, teardown included (< 8 min)
 MIN_SCENARIO_S=75                       # no scenario starts with less time than this left
+WINDOWS=${WINDOWS:-3}                   # one diagnosis per window, e.g. WINDOWS="3 0"
+SSH_STYLE_PROBE=${SSH_STYLE_PROBE:-}    # set: also run the probe bundle the way SSH does
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -124,18 +128,36 @@ for name in "${SCENARIOS[@]}"; do
         timeout -k 1 5 nvidia-smi --query-compute-apps=pid,gpu_uuid,used_memory --format=csv
     } >"$OUT/$name.nvidia-smi.txt" 2>&1
 
-    echo "run_all: $name: diagnosing launcher $pid" >&2
-    t1=$(now)
-    diag_timeout=$(min "$DIAGNOSE_TIMEOUT_S" $(($(left) - 30)))
-    [ "$diag_timeout" -lt 10 ] && diag_timeout=10
-    timeout -k 5 "$diag_timeout" "$PY" -m hangdoctor diagnose localhost --pid "$pid" \
-        --log "$log" --window 3 --json -o "$OUT/$name.html" \
-        --save-snapshot "$OUT/$name.snapshot.json" >"$OUT/$name.json" 2>"$OUT/$name.stderr"
-    rc=$?
-    wall=$(elapsed "$t1")
-    printf '%s\tyes\t%s\t%s\t%s\t%s\n' "$name" "$ready_s" "$rc" "$wall" \
-        "$(json_fields "$OUT/$name.json")" >>"$SUMMARY"
-    echo "run_all: $name: diagnose rc=$rc in ${wall} s" >&2
+    for window in $WINDOWS; do
+        # the first window's outputs are NAME.*, the others NAME-wWINDOW.*
+        tag=$name; [ "$window" = "${WINDOWS%% *}" ] || tag="$name-w$window"
+        echo "run_all: $name: diagnosing launcher $pid (--window $window)" >&2
+        t1=$(now)
+        diag_timeout=$(min "$DIAGNOSE_TIMEOUT_S" $(($(left) - 30)))
+        [ "$diag_timeout" -lt 10 ] && diag_timeout=10
+        timeout -k 5 "$diag_timeout" "$PY" -m hangdoctor diagnose localhost --pid "$pid" \
+            --log "$log" --window "$window" --json -o "$OUT/$tag.html" \
+            --save-snapshot "$OUT/$tag.snapshot.json" >"$OUT/$tag.json" 2>"$OUT/$tag.stderr"
+        rc=$?
+        wall=$(elapsed "$t1")
+        printf '%s\tyes\t%s\t%s\t%s\t%s\n' "$tag" "$ready_s" "$rc" "$wall" \
+            "$(json_fields "$OUT/$tag.json")" >>"$SUMMARY"
+        echo "run_all: $tag: diagnose rc=$rc in ${wall} s" >&2
+    done
+    if [ -n "$SSH_STYLE_PROBE" ]; then
+        # the probe as SSH runs it (python3 -S, site-packages added in a thread, --window 0)
+        t1=$(now)
+        "$PY" -c 'import sys, json
+from hangdoctor.collect.bundle import build_probe_script
+sys.stdout.write(build_probe_script({"root_pids": [int(sys.argv[1])], "log_path": sys.argv[2],
+    "window_s": 0, "deadline_s": 30, "late_site": True, "host_name": "ssh-style"}))' \
+            "$pid" "$log" >"$OUT/bundle.py"
+        timeout -k 5 60 "$PY" -S -c \
+            'import sys; exec(compile(sys.stdin.buffer.read(), "<hangdoctor-probe>", "exec"))' \
+            <"$OUT/bundle.py" >"$OUT/$name-ssh-style.snapshot.json" 2>"$OUT/$name-ssh-style.stderr"
+        echo "run_all: $name: ssh-style probe rc=$? in $(elapsed "$t1") s" >&2
+        rm -f "$OUT/bundle.py"
+    fi
     stop_group "$pid"
 done
 

@@ -120,6 +120,22 @@ def test_snapshot_of_post_load_deadlock_within_deadline(run_scenario, tmp_path):
     assert {pid: _identity(pid) for pid in pids} == before
 
 
+def test_one_sample_snapshot_for_a_tight_pre_kill_hook(run_scenario, tmp_path):
+    """`--window 0`: one sample of every process, nothing to wait for but the dumps."""
+    info = run_scenario("postload", workers=2)
+    out = tmp_path / "quick.tar.gz"
+    proc, _ = _timed("snapshot", "localhost", "--pid", str(info.launcher_pid), "--log", info.log,
+                     "-o", str(out), "--window", "0", "--deadline", "5")
+    assert proc.returncode == 3, proc.stderr
+    files = {name.split("/", 1)[1]: body for name, body in _tar_members(out).items()}
+    snap = json.loads(files["snapshot.json"])
+    assert snap["window_s"] == 0
+    assert {len(s["samples"]) for s in snap["stacks"].values()} == {1}
+    analysis = json.loads(files["analysis.json"])
+    assert analysis["causes"][0]["id"] == "post-load-deadlock"
+    assert "one live sample" in analysis["verdict_reason"]
+
+
 def test_folder_bundle_and_json_line_on_a_healthy_server(run_scenario, tmp_path):
     info = run_scenario("healthy", workers=2)
     out = tmp_path / "bundle"

@@ -96,3 +96,16 @@ def test_the_entry_point_keeps_exit_codes_and_output_through_a_closed_pipe():
                            capture_output=True, text=True, timeout=60)
     assert len(piped.stdout) == 10
     assert "Traceback" not in piped.stderr and "Exception ignored" not in piped.stderr
+
+
+def test_a_process_held_by_our_own_dump_is_not_reported_stopped():
+    """py-spy holds a process in tracing stop (`t`) while it dumps it; the second round can
+    still run when the window ends. That `t` is the probe's own doing, not a debugger; a real
+    SIGSTOP (`T`) or a process already traced at the start still shows."""
+    from hangdoctor.collect.processes import _untraced
+
+    assert _untraced("t", "S") == "S"
+    assert _untraced("t", "D") == "D"
+    assert _untraced("t", "t") == "t"  # traced before we came: someone else's debugger
+    assert _untraced("T", "S") == "T"  # SIGSTOP during the window
+    assert _untraced("S", "R") == "S"

@@ -146,25 +146,37 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     # process tree + sample A
     t0 = time.monotonic()
     kids = procfs.children_map(proc)
-    listen_map = procfs.listening_sockets(proc)
+    pool = _Pool(max(4, min(cfg.max_dump_concurrency, 32)))
+    # The kernel walks its whole socket table for /proc/net/tcp (milliseconds, more on a busy
+    # server): read it off the main thread, while the processes are read and the dumps start.
+    listening = pool.submit(procfs.listening_sockets, proc)
     boot_s = snap["host"].get("boot_time") or 0.0
     readers = []  # type: List[ProcReader]
     seen = set()
     for root in roots:
         if procfs.stat(root, proc) is None:
-            readers.append(ProcReader(root, root, cfg, listen_map, boot_s))
+            readers.append(ProcReader(root, root, cfg, boot_s))
             seen.add(root)
             continue
         for pid in procfs.descendants(root, kids):
             if pid in seen or pid in own:
                 continue
             seen.add(pid)
-            readers.append(ProcReader(pid, root, cfg, listen_map, boot_s))
+            readers.append(ProcReader(pid, root, cfg, boot_s))
+    # Each process's first dump starts as soon as that process is read (py-spy pauses it, so
+    # it is not read again until the window ends).
+    futures = {}  # type: Dict[str, Any]
+    pyspy_bin = pyspy.find_pyspy(cfg.pyspy_path)
+    dump_timeout = max(1.0, min(10.0, (hard_deadline - time.monotonic()) * 0.4))
     for r in readers:
         try:
             r.start()
         except Exception as exc:  # a process that changed mid-read must not stop the probe
             r.record.update({"alive": False, "exit_info": "unreadable: %s" % exc})
+        if pyspy_bin and r.record.get("is_python") and r.record.get("alive"):
+            futures["dumpA:%d" % r.pid] = pool.submit(
+                pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(r.record.get("status")),
+                native=cfg.native, with_locals=cfg.locals, sudo=cfg.sudo)
     mem_a, vm_a = procfs.meminfo(proc), procfs.vmstat(proc)
     denied_env = [r.pid for r in readers if r.record.get("env_status") == "denied"]
     # the backend is named after the window: psutil's presence needs site-packages
@@ -191,21 +203,19 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     log_a = _log_start(log_path, man, given=bool(cfg.log_path))
 
     # background sources, all overlapping the window
-    pool = _Pool(max(4, min(cfg.max_dump_concurrency, 32)))
-    futures = {}  # type: Dict[str, Any]
-    pyspy_bin = pyspy.find_pyspy(cfg.pyspy_path)
     py_targets = [r for r in readers if r.record.get("is_python") and r.record.get("alive")]
-    dump_timeout = max(1.0, min(10.0, (hard_deadline - time.monotonic()) * 0.4))
     if pyspy_bin is None and py_targets:
         man.add("stacks", "unavailable", 0.0, "py-spy not found on this host",
                 "pip install py-spy (or let hangdoctor upload it over SSH)")
-    elif pyspy_bin:
-        for r in py_targets:
-            futures["dumpA:%d" % r.pid] = pool.submit(
-                pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(r.record.get("status")),
-                native=cfg.native, with_locals=cfg.locals, sudo=cfg.sudo)
     # after the first dumps are on their way: site.main() then overlaps their wait
     site_thread = _start_site(cfg)
+    try:
+        listen_map = listening.result(timeout=max(0.0, min(5.0, hard_deadline - time.monotonic())))
+    except Exception as exc:
+        listen_map = {}
+        snap["notes"].append("listening sockets not read: %s" % (exc,))
+    for r in readers:
+        r.attach_listen(listen_map)
     ports, skipped_ports = sources.ports_to_probe(readers, cfg.ports)
     http_timeout = max(1.0, min(5.0, window_s if window_s > 0 else 2.0))
     for port, ip in sorted(ports.items())[:16]:

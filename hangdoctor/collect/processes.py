@@ -148,15 +148,26 @@ def _role_of(pid: int, root: int, argv: List[str], name: str, listen: List[Any],
     return "other"
 
 
+def _untraced(state_end: str, state_start: str) -> str:
+    """The state at the window's end, unless our own py-spy dump held it then.
+
+    py-spy stops the process while it reads it (state ``t``, tracing stop). Seen at the end but
+    not at the start, that is the probe's own dump (the second round may still be running),
+    not a debugger: the start state stands. A process already in ``t`` at the start keeps it.
+    """
+    if state_end == "t" and state_start != "t":
+        return state_start
+    return state_end
+
+
 class ProcReader:
     """Reads one process at the start and at the end of the window."""
 
-    def __init__(self, pid: int, root: int, cfg: ProbeConfig, listen_map: Dict[int, Dict[str, Any]],
-                 boot_time_s: float = 0.0):
+    def __init__(self, pid: int, root: int, cfg: ProbeConfig, boot_time_s: float = 0.0):
         self.pid, self.root, self.cfg = pid, root, cfg
         self.proc = cfg.proc_root
-        self.listen_map = listen_map
         self.boot_time_s = boot_time_s  # read once per probe, not once per process
+        self.socket_inodes = []  # type: List[int]
         self.a = None  # type: Optional[Dict[str, Any]]
         self.threads_a = {}  # type: Dict[int, Dict[str, Any]]
         self.io_a = None  # type: Optional[Dict[str, int]]
@@ -174,10 +185,8 @@ class ProcReader:
         name = str(self.a["comm"])
         env, env_status = procfs.environ(pid, proc)
         env_f = _env_filtered(env, self.cfg.env_prefixes) if env else {}
-        listen = []
-        for inode in procfs.socket_inodes(pid, proc):
-            if inode in self.listen_map:
-                listen.append(dict(self.listen_map[inode]))
+        # matched with the listening sockets by attach_listen(), once those are read
+        self.socket_inodes = list(procfs.socket_inodes(pid, proc))
         tids = procfs.list_tids(pid, proc)
         threads = []
         for tid in tids[:512]:
@@ -209,7 +218,7 @@ class ProcReader:
             "vms_bytes": int(self.a["vsize"]),
             "swap_bytes": procfs.kib_field(fields, "VmSwap") or 0,
             "uid": int(fields.get("Uid", "0").split()[0]) if fields.get("Uid") else None,
-            "listen": listen,
+            "listen": [],
             "env": env_f,
             "env_status": env_status,
             "rank": rank,
@@ -217,11 +226,21 @@ class ProcReader:
             "is_python": pyspy.is_python_process(exe_path, argv, maps_head),
             "is_torch_distributed": is_torch,
         })
-        rec["role"] = _role_of(pid, self.root, argv, name, listen, rank, is_torch)
+        rec["role"] = _role_of(pid, self.root, argv, name, [], rank, is_torch)
         self.io_a = procfs.io_counters(pid, proc)
         # stdout/stderr of the root: the server log when --log was not given
         rec["_log_candidates"] = [t for fd, t in procfs.fd_targets(pid, proc) if fd in (1, 2)
                                   and t.startswith("/") and not t.startswith("/dev/")]
+
+    def attach_listen(self, listen_map: Dict[int, Dict[str, Any]]) -> None:
+        """Name the TCP ports this process listens on (``procfs.listening_sockets``)."""
+        rec = self.record
+        listen = [dict(listen_map[i]) for i in self.socket_inodes if i in listen_map]
+        if self.a is None or not listen:
+            return
+        rec["listen"] = listen
+        rec["role"] = _role_of(self.pid, self.root, rec.get("cmdline") or [], str(rec.get("name")),
+                               listen, rec.get("rank"), bool(rec.get("is_torch_distributed")))
 
     def finish(self, window_s: float) -> None:
         rec, proc, pid = self.record, self.proc, self.pid
@@ -234,7 +253,7 @@ class ProcReader:
         cpu_a = (int(self.a["utime"]) + int(self.a["stime"])) / procfs.CLK_TCK
         cpu_b = (int(b["utime"]) + int(b["stime"])) / procfs.CLK_TCK
         rec["cpu_time_s"] = round(cpu_b, 3)
-        rec["status_end"] = b["state"]
+        rec["status_end"] = _untraced(b["state"], self.a["state"])
         rec["zombie"] = b["state"] == "Z"
         rec["alive"] = b["state"] not in ("Z", "X")
         if window_s <= 0:
@@ -250,7 +269,7 @@ class ProcReader:
             t["cpu_delta_s"] = round(
                 (int(tb["utime"]) + int(tb["stime"]) - int(ta["utime"]) - int(ta["stime"]))
                 / procfs.CLK_TCK, 3)
-            t["status_end"] = tb["state"]
+            t["status_end"] = _untraced(tb["state"], ta["state"])
         io_b = procfs.io_counters(pid, proc)
         if self.io_a and io_b:
             rec["read_bytes_delta"] = max(0, io_b.get("read_bytes", 0) - self.io_a.get("read_bytes", 0))

@@ -275,7 +275,7 @@ def render_markdown(res: Results, command: str, elapsed_s: float) -> str:
         )
     )
     out.append(
-        "\npeak RSS: ru_maxrss of the hangdoctor process (wait4). CPU: user + sys of the "
+        "\npeak RSS: of the hangdoctor process, from `/usr/bin/time -f %M` around it. CPU: user + sys of the "
         "hangdoctor process and its py-spy children (wait4), i.e. the probe's cost on the "
         "target host plus analysis and rendering.\n"
     )

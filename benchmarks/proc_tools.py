@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+TIME = "/usr/bin/time"  # GNU time: the peak RSS of the command alone (run_measured)
+
 REPO = Path(__file__).resolve().parent.parent
 # What the product needs at run time, copied once per benchmark (see snapshot_source).
 SOURCE_DIRS = ("hangdoctor", "checks", "templates")
@@ -62,26 +64,35 @@ class Measured:
 def run_measured(
     argv: list[str], timeout_s: float, env: dict[str, str] | None = None, cwd: str | None = None
 ) -> Measured:
-    """Run ``argv``; wall time from spawn to reaping; CPU and peak RSS from ``wait4``.
+    """Run ``argv``; wall time from spawn to reaping; CPU from ``wait4``; peak RSS from
+    ``/usr/bin/time``.
 
     ``wait4`` returns the rusage of exactly this child (its own plus the descendants it has
-    waited for), so nothing else the benchmark runs leaks into the figure. Output goes to
-    temporary files rather than pipes so that no reader thread competes for the CPU.
+    waited for), so nothing else the benchmark runs leaks into the CPU figure. Its ru_maxrss
+    does not do for memory: Linux keeps the high-water mark of the image a process had before
+    its exec, which for a child of this (large) benchmark process is the benchmark's own RSS.
+    So the command runs under /usr/bin/time, a small process whose child starts small, and
+    its ``%M`` is the figure. Output goes to temporary files rather than pipes so that no
+    reader thread competes for the CPU.
     """
     import tempfile
 
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err, \
+            tempfile.NamedTemporaryFile(mode="r", suffix=".rss") as rss:
+        wrapped = os.access(TIME, os.X_OK)
+        full = [TIME, "-f", "%M", "-o", rss.name, *argv] if wrapped else argv
         t0 = time.monotonic()
         proc = subprocess.Popen(
-            argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=cwd
+            full, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env, cwd=cwd,
+            start_new_session=True,  # a timeout kills /usr/bin/time and the command together
         )
         killed = threading.Event()
 
         def _kill() -> None:
             if proc.returncode is None:
                 killed.set()
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(proc.pid, signal.SIGKILL)
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
 
         timer = threading.Timer(timeout_s, _kill)
         timer.daemon = True
@@ -92,12 +103,16 @@ def run_measured(
         proc.returncode = os.waitstatus_to_exitcode(status)  # so Popen never waits again
         out.seek(0)
         err.seek(0)
+        maxrss_kib = int(usage.ru_maxrss)
+        if wrapped:
+            words = rss.read().split()
+            maxrss_kib = int(words[-1]) if words and words[-1].isdigit() else 0
         return Measured(
             argv=argv,
             rc=proc.returncode,
             wall_s=wall_s,
             cpu_s=usage.ru_utime + usage.ru_stime,
-            maxrss_kib=int(usage.ru_maxrss),
+            maxrss_kib=maxrss_kib,
             stdout=out.read(),
             stderr=err.read(),
             timed_out=killed.is_set(),

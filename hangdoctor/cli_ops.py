@@ -23,7 +23,6 @@ from typing import Any, Iterator
 
 import click
 
-from hangdoctor import bundle as bundle_mod
 from hangdoctor.errors import HangdoctorError, UsageError
 
 SNAPSHOT_DEADLINE_S = 20.0
@@ -141,6 +140,8 @@ def _check_output(path: str) -> None:
         raise UsageError(
             f"cannot write the bundle: folder {parent} is not writable", "give a writable -o"
         )
+    from hangdoctor import bundle as bundle_mod  # lazy: tarfile and hashlib, ~12 ms
+
     if not bundle_mod.is_tar_path(path) and os.path.exists(path):
         raise UsageError(
             f"{path} exists and is not a folder",
@@ -210,6 +211,8 @@ def take_snapshot(
     if not hosts and not kw.get("hosts_file"):
         raise UsageError("no host given", "hangdoctor snapshot localhost --pid PID")
     label = hosts[0] if len(hosts) == 1 else (f"{hosts[0]}+{len(hosts) - 1}" if hosts else "hosts")
+    from hangdoctor import bundle as bundle_mod  # lazy: tarfile and hashlib, ~12 ms
+
     path = bundle_mod.resolve_output(output, label, started_epoch_s)
     _check_output(path)
 

@@ -13,7 +13,12 @@ Secrets are recognised two ways, because collectors that redact by key name alon
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Optional
+
+# Annotations only (PEP 563): typing is not imported at run time, which saves the probe
+# ~5 ms on a remote host's bare interpreter (python3 -S).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 MASK = "[REDACTED]"
 

@@ -6,7 +6,12 @@ Stdlib only, Python 3.8 compatible (ships with the probe).
 from __future__ import annotations
 
 import copy
-from typing import Any, Dict, List, Optional
+
+# Annotations only (PEP 563): typing is not imported at run time, which saves the probe
+# ~5 ms on a remote host's bare interpreter (python3 -S).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
 
 # Not a dataclass: the probe imports this on remote hosts, where `dataclasses` (with `inspect`)
 # costs ~10 ms before the first sample. Field, default.

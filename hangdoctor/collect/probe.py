@@ -15,26 +15,29 @@ Timeline, so that everything overlaps the sampling window::
 
 from __future__ import annotations
 
-import datetime
 import json
 import os
-import platform
 import socket
 import sys
 import threading
 import time
-from typing import Any, Dict, List, Optional
 
 from hangdoctor import redact
 from hangdoctor.collect import procfs, pyspy, sources
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.collect.processes import ProcReader, discover
 
+# Annotations only (PEP 563): typing is not imported at run time, which saves the probe
+# ~5 ms on a remote host's bare interpreter (python3 -S).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional
+
 SCHEMA_VERSION = 1
 TOOL_VERSION = "0.1.0"
 
 def _now_iso() -> str:
-    return datetime.datetime.utcnow().replace(microsecond=0).isoformat() + "Z"
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 class Manifest:
@@ -444,10 +447,10 @@ def _host_info(cfg: ProbeConfig) -> Dict[str, Any]:
     return {
         "name": cfg.host_name,
         "hostname": socket.gethostname(),
-        "kernel": platform.release(),
-        "python": platform.python_version(),
+        "kernel": os.uname().release,
+        "python": "%d.%d.%d" % tuple(sys.version_info[:3]),
         "cpu_count": os.cpu_count(),
-        "arch": platform.machine(),
+        "arch": os.uname().machine,
         "boot_time": procfs.boot_time(cfg.proc_root),
         "ptrace_scope": int(ptrace_scope.strip()) if ptrace_scope and ptrace_scope.strip().isdigit() else None,
         "euid": os.geteuid(),

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import os
 import re
-from typing import Any, Dict, List, Optional, Tuple
 
 from hangdoctor import redact
 from hangdoctor.collect import procfs, pyspy
 from hangdoctor.collect.config import ProbeConfig
+
+# Annotations only (PEP 563): typing is not imported at run time, which saves the probe
+# ~5 ms on a remote host's bare interpreter (python3 -S).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 # Command lines that mark an inference server (or a distributed job) when no --pid is given.
 SERVER_PATTERNS = [

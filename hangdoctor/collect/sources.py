@@ -11,7 +11,12 @@ import re
 import socket
 import subprocess
 import time
-from typing import Any, Dict, List, Optional, Tuple
+
+# Annotations only (PEP 563): typing is not imported at run time, which saves the probe
+# ~5 ms on a remote host's bare interpreter (python3 -S).
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, List, Optional, Tuple
 
 KERNEL_RE = re.compile(
     r"NVRM: Xid|Xid \(|Out of memory|oom-kill|oom_reaper|invoked oom-killer|"

@@ -6,6 +6,7 @@ progress and errors go to stderr.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -251,6 +252,10 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
         # Start once every probe runs (not during imports, SSH handshakes or the first /proc
         # walk), and let a local probe take its first sample before competing for the GIL.
         probes_started.wait(float(kw.get("deadline") or 45.0))
+        # At the lowest CPU priority: this work can wait, and on the diagnosed host the server
+        # and the probe's py-spy dumps must not share their CPUs with it.
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
         window = kw.get("window")
         time.sleep(min(0.3, float(2.0 if window is None else window) / 4))
         try:

@@ -109,3 +109,33 @@ def test_a_process_held_by_our_own_dump_is_not_reported_stopped():
     assert _untraced("t", "t") == "t"  # traced before we came: someone else's debugger
     assert _untraced("T", "S") == "T"  # SIGSTOP during the window
     assert _untraced("S", "R") == "S"
+
+
+def test_the_analysis_warm_up_runs_at_the_lowest_cpu_priority(monkeypatch):
+    """Loading checks and triage while the probe samples must not take CPU from the server or
+    from py-spy on the diagnosed host: that thread runs at nice 19."""
+    import os
+
+    from hangdoctor import cli
+
+    calls = []
+    real = os.setpriority
+
+    def record(which, who, prio):
+        calls.append((which, who, prio, threading.get_native_id()))
+        return real(which, who, prio)
+
+    monkeypatch.setattr(os, "setpriority", record)
+    sleeper = subprocess.Popen(["sleep", "30"])
+    try:
+        analysis, _, _ = cli._run_diagnosis(("localhost",), {
+            "pids": [str(sleeper.pid)], "window": 0.0, "deadline": 20.0, "no_gpu": True,
+            "as_json": True})
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert analysis["verdict"] in ("hung", "inconclusive", "healthy", "progressing")
+    assert len(calls) == 1
+    which, who, prio, tid = calls[0]
+    assert which == os.PRIO_PROCESS and prio == 19
+    assert who == tid and tid != threading.main_thread().native_id  # that thread only

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import datetime
 import statistics
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -281,50 +281,29 @@ def render_markdown(res: Results, command: str, elapsed_s: float) -> str:
     )
 
     # ssh
-    rows = []
+    def ssh_row(label: str, rs: list[WorkerRun], d: Callable[[WorkerRun], Diagnosis]) -> list[str]:
+        extra = median(d(r).m.wall_s - r.local.m.wall_s for r in rs)
+        return [
+            label,
+            fmt(median(r.rtt_s for r in rs), 3),
+            fmt(median(w + r.dump_s + r.rtt_s for r in rs)),
+            fmt(median(d(r).m.wall_s for r in rs)),
+            fmt(median(1.15 * (w + r.dump_s) + r.rtt_s for r in rs)),
+            fmt(median(r.local.m.wall_s for r in rs)),
+            f"+{fmt(extra)}",
+            mark(extra <= TARGET_SSH_EXTRA_S),
+            fmt(median(d(r).m.maxrss_kib / 1024 for r in rs), 1),
+            fmt(median(d(r).remote_cpu_s for r in rs)),
+            fmt(median(d(r).remote_total_cpu_s for r in rs)),
+            fmt(median((d(r).remote_rss_kib or 0) / 1024 for r in rs), 1),
+            ", ".join(sorted({d(r).verdict for r in rs})),
+        ]
+
+    rows = [ssh_row(str(n), res.workers[n], lambda r: r.ssh) for n in sorted(res.workers)]
     for n in sorted(res.workers):
-        rs = res.workers[n]
-        floor = median(w + r.dump_s + r.rtt_s for r in rs)
-        extra = median(r.ssh.m.wall_s - r.local.m.wall_s for r in rs)
-        rows.append(
-            [
-                str(n),
-                fmt(median(r.rtt_s for r in rs), 3),
-                fmt(floor),
-                fmt(median(r.ssh.m.wall_s for r in rs)),
-                fmt(median(1.15 * (w + r.dump_s) + r.rtt_s for r in rs)),
-                fmt(median(r.local.m.wall_s for r in rs)),
-                f"+{fmt(extra)}",
-                mark(extra <= TARGET_SSH_EXTRA_S),
-                fmt(median(r.ssh.m.maxrss_kib / 1024 for r in rs), 1),
-                fmt(median(r.ssh.remote_cpu_s for r in rs)),
-                fmt(median(r.ssh.remote_total_cpu_s for r in rs)),
-                fmt(median((r.ssh.remote_rss_kib or 0) / 1024 for r in rs), 1),
-                ", ".join(sorted({r.ssh.verdict for r in rs})),
-            ]
-        )
-    for n in sorted(res.workers):
-        rs = [r for r in res.workers[n] if r.upload]
-        if not rs:
-            continue
-        extra = median(r.upload.m.wall_s - r.local.m.wall_s for r in rs)
-        rows.append(
-            [
-                f"{n}, py-spy uploaded",
-                fmt(median(r.rtt_s for r in rs), 3),
-                fmt(median(w + r.dump_s + r.rtt_s for r in rs)),
-                fmt(median(r.upload.m.wall_s for r in rs)),
-                fmt(median(1.15 * (w + r.dump_s) + r.rtt_s for r in rs)),
-                fmt(median(r.local.m.wall_s for r in rs)),
-                f"+{fmt(extra)}",
-                mark(extra <= TARGET_SSH_EXTRA_S),
-                fmt(median(r.upload.m.maxrss_kib / 1024 for r in rs), 1),
-                fmt(median(r.upload.remote_cpu_s for r in rs)),
-                fmt(median(r.upload.remote_total_cpu_s for r in rs)),
-                fmt(median((r.upload.remote_rss_kib or 0) / 1024 for r in rs), 1),
-                ", ".join(sorted({r.upload.verdict for r in rs})),
-            ]
-        )
+        uploaded = [r for r in res.workers[n] if r.upload]
+        if uploaded:
+            rows.append(ssh_row(f"{n}, py-spy uploaded", uploaded, lambda r: r.upload))
     out.append("## One host over SSH on loopback (`hangdoctor diagnose root@127.0.0.1:PORT`)\n")
     out.append(
         table(

@@ -42,7 +42,7 @@ from bench_report import (  # noqa: E402
     median,
     render_markdown,
 )
-from proc_tools import REPO, Scenario, run_measured, snapshot_source, start_scenarios  # noqa: E402
+from proc_tools import REPO, Measured, Scenario, run_measured, snapshot_source, start_scenarios  # noqa: E402
 from sshd_pool import SshdPool, children_cpu_s, read_remote_runs, start_pool  # noqa: E402
 
 
@@ -212,6 +212,13 @@ def diagnose_ssh(
     return d
 
 
+def run_manual(pool: SshdPool, alias: str, scenario: Scenario, *options: str) -> Measured:
+    """``manual_baseline.sh`` against ``alias`` (extra ``options``, e.g. ``-w 2``), measured."""
+    argv = ["bash", str(HERE / "manual_baseline.sh"), "-F", pool.ssh_config]
+    argv += ["-l", scenario.log_path, *options, alias, *map(str, scenario.all_pids)]
+    return run_measured(argv, MANUAL_TIMEOUT_S)
+
+
 # ------------------------------------------------------------------ the sections
 
 
@@ -295,19 +302,7 @@ def measure_workers(
                         res.window_s,
                     )
                 if workers in manual_sizes:
-                    run.manual = run_measured(
-                        [
-                            "bash",
-                            str(HERE / "manual_baseline.sh"),
-                            "-F",
-                            pool.ssh_config,
-                            "-l",
-                            scenario.log_path,
-                            host.alias,
-                            *map(str, scenario.all_pids),
-                        ],
-                        MANUAL_TIMEOUT_S,
-                    )
+                    run.manual = run_manual(pool, host.alias, scenario)
                     # hangdoctor with the manual sequence's evidence (one sample of each
                     # process, no window), measured right beside it
                     run.ssh_one = diagnose_ssh(
@@ -324,20 +319,8 @@ def measure_workers(
                             f"{run.manual.rc}: {run.manual.stderr[-300:]!r}"
                         )
                 if workers in same_evidence_sizes:
-                    run.manual_same = run_measured(
-                        [
-                            "bash",
-                            str(HERE / "manual_baseline.sh"),
-                            "-F",
-                            pool.ssh_config,
-                            "-l",
-                            scenario.log_path,
-                            "-w",
-                            f"{res.window_s:g}",
-                            host.alias,
-                            *map(str, scenario.all_pids),
-                        ],
-                        MANUAL_TIMEOUT_S,
+                    run.manual_same = run_manual(
+                        pool, host.alias, scenario, "-w", f"{res.window_s:g}"
                     )
                 for name, d in (("local", local), ("ssh", ssh), ("ssh upload", run.upload)):
                     if d is not None and d.verdict != "hung":

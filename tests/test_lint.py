@@ -174,3 +174,42 @@ def test_probe_under_python_S_adds_site_packages_in_a_thread_when_asked(tmp_path
         details[late] = next(m["detail"] for m in snap["manifest"] if m["source"] == "processes")
     assert details[True].endswith("backend proc (psutil present)"), details
     assert details[False].endswith("backend proc"), details
+
+
+def test_late_site_adds_a_venvs_folders_but_runs_none_of_its_code(tmp_path) -> None:
+    """The probe's late site-packages (python3 -S, late_site) finds what `site` would find
+    (a venv's site-packages, the folders named in .pth files) without running the server
+    environment's code: no .pth `import` line, no sitecustomize."""
+    import json
+
+    from hangdoctor.collect.bundle import build_probe_script
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,
+                   timeout=120)
+    site_dir = next(venv.glob("lib/python3*/site-packages"))
+    marker = tmp_path / "ran"
+    extra = tmp_path / "extra"
+    (extra / "psutil").mkdir(parents=True)  # found only through the .pth path line
+    (extra / "psutil" / "__init__.py").write_text("")
+    (site_dir / "env.pth").write_text(
+        f"# a comment\nimport os; open({str(marker)!r}, 'a').write('pth ')\n{extra}\n"
+    )
+    (site_dir / "sitecustomize.py").write_text(f"open({str(marker)!r}, 'a').write('custom ')\n")
+    target = subprocess.Popen(["sleep", "60"])
+    try:
+        script = build_probe_script({"window_s": 0, "deadline_s": 10, "root_pids": [target.pid],
+                                     "kernel_log": False, "nvml": False, "late_site": True})
+        proc = subprocess.run([str(venv / "bin" / "python"), "-S", "-c", LOADER], input=script,
+                              capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    finally:
+        target.kill()
+        target.wait()
+    snap = json.loads(proc.stdout)
+    detail = next(m["detail"] for m in snap["manifest"] if m["source"] == "processes")
+    assert detail.endswith("backend proc (psutil present)"), (detail, proc.stderr[-2000:])
+    assert not marker.exists(), marker.read_text()
+    # the same venv started normally runs both: the test's files do what they claim
+    subprocess.run([str(venv / "bin" / "python"), "-c", "import psutil"], check=True, timeout=60)
+    ran = marker.read_text().split()
+    assert "pth" in ran and "custom" in ran, ran

@@ -462,3 +462,26 @@ def test_gpu_scenario_script_help_needs_no_torch():
     assert proc.returncode == 0, proc.stderr
     for name in ("peer-never-joins", "rank-exits", "pipe-deadlock", "kernel-spin", "healthy-busy"):
         assert name in proc.stdout
+
+
+def test_parameter_names_agree_with_inspect_for_pynvml_wrapped_and_builtin_functions() -> None:
+    """The adapter reads whether nvmlDeviceGetMemoryInfo takes `version` from its code object
+    (inspect's import costs the probe ~20 ms); it must say what inspect.signature says."""
+    import functools
+    import inspect
+
+    import pynvml
+
+    from hangdoctor.collect.nvml import _parameter_names
+
+    def plain(handle, version=None, *, extra=0):  # noqa: ANN001, ANN202
+        return handle
+
+    @functools.wraps(plain)
+    def wrapped(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        return plain(*args, **kwargs)
+
+    for fn in (pynvml.nvmlDeviceGetMemoryInfo, pynvml.nvmlDeviceGetCount, plain, wrapped, len):
+        assert _parameter_names(fn) == tuple(inspect.signature(fn).parameters), fn
+    assert "version" in _parameter_names(pynvml.nvmlDeviceGetMemoryInfo)
+    assert _parameter_names(object()) == ()

@@ -15,10 +15,7 @@ the device's ``unsupported`` list and left out of the samples (absent means unkn
 
 from __future__ import annotations
 
-import csv
-import inspect
 import os
-import shutil
 import subprocess
 import sys
 import threading
@@ -469,6 +466,8 @@ class GpuSampler:
         return True
 
     def _init_failed_no_driver(self, detail: str) -> Tuple[bool, str]:
+        import shutil
+
         if shutil.which(self.nvidia_smi) and self.backend == "auto":
             # nvidia-smi may know a library path pynvml did not search (some containers)
             return False, detail
@@ -710,6 +709,8 @@ class GpuSampler:
             self._end()
 
     def _run_nvidia_smi(self, why_not_pynvml: str) -> None:
+        import shutil
+
         if shutil.which(self.nvidia_smi) is None:
             why = why_not_pynvml
             if why.startswith("nvmlInit failed"):
@@ -843,17 +844,31 @@ class GpuSampler:
 _MEMORY_FNS = ["nvmlDeviceGetMemoryInfo_v2", "nvmlDeviceGetMemoryInfo"]
 
 
+def _parameter_names(fn: Any) -> Tuple[str, ...]:
+    """The names ``fn`` takes, from its code object (behind any functools.wraps): what
+    ``inspect.signature`` gives for a plain function, without inspect's ~20 ms import."""
+    for _ in range(8):
+        inner = getattr(fn, "__wrapped__", None)
+        if inner is None:
+            break
+        fn = inner
+    code = getattr(fn, "__code__", None)
+    if code is None:  # a builtin or C function: ask inspect
+        try:
+            import inspect
+
+            return tuple(inspect.signature(fn).parameters)
+        except (TypeError, ValueError):
+            return ()
+    return tuple(code.co_varnames[: code.co_argcount + code.co_kwonlyargcount])
+
+
 def _pynvml_extras(pynvml: Any) -> Dict[str, Callable[..., Any]]:
     """NVML entry points that pynvml reaches only through a versioned argument."""
     extras: Dict[str, Callable[..., Any]] = {}
     version = getattr(pynvml, "nvmlMemory_v2", None)
     get_memory = getattr(pynvml, "nvmlDeviceGetMemoryInfo", None)
-    try:
-        takes_version = (
-            get_memory is not None and "version" in inspect.signature(get_memory).parameters
-        )
-    except (TypeError, ValueError):
-        takes_version = False
+    takes_version = get_memory is not None and "version" in _parameter_names(get_memory)
     if version is not None and takes_version:
         extras["nvmlDeviceGetMemoryInfo_v2"] = lambda handle: get_memory(handle, version=version)
     return extras
@@ -968,6 +983,8 @@ _SMI_LOST = ("[gpu is lost]", "gpu is lost", "[unknown error]")
 
 def _parse_csv(out: str, fields: List[str]) -> Tuple[List[Dict[str, str]], List[str]]:
     """Rows of ``--format=csv,noheader,nounits`` output; other lines come back as problems."""
+    import csv  # only here: nvidia-smi is the fallback, and the probe starts faster without it
+
     rows: List[Dict[str, str]] = []
     problems: List[str] = []
     for line in out.splitlines():

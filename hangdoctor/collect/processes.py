@@ -107,9 +107,10 @@ def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
 
 
 def _env_filtered(env: Dict[str, str], prefixes: List[str]) -> Dict[str, str]:
+    wanted = tuple(prefixes)  # one C-level startswith per variable
     out = {}
     for k, v in env.items():
-        if any(k.startswith(p) for p in prefixes) or redact.is_secret_key(k):
+        if k.startswith(wanted) or redact.is_secret_key(k):
             out[k] = v
     return out
 

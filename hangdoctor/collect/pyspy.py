@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import sysconfig
 import time
 
 # Annotations only (PEP 563): typing is not imported at run time, which saves the probe
@@ -45,6 +43,10 @@ def find_pyspy(explicit: Optional[str] = None) -> Optional[str]:
 def pyspy_candidates() -> List[str]:
     """Where py-spy usually is, in order: next to this Python (a venv's scripts dir, also when
     the venv is not activated), on PATH, in ~/.local/bin."""
+    # Imported here: the remote probe is handed py-spy's path and never needs them (~5 ms).
+    import shutil
+    import sysconfig
+
     found = [
         os.path.join(sysconfig.get_path("scripts") or "", "py-spy"),
         os.path.join(os.path.dirname(sys.executable), "py-spy"),

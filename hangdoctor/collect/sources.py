@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import time
 
@@ -59,6 +58,8 @@ def ports_to_probe(readers: List[Any], extra: List[int]) -> Tuple[Dict[int, str]
 
 
 def http_probe(port: int, ip: str, timeout_s: float) -> Dict[str, Any]:
+    import socket  # here: most hung servers never opened their port, and the probe starts sooner
+
     host = "127.0.0.1" if ip in ("0.0.0.0", "::", "127.0.0.1") else ip
     if ip == "::":
         host = "127.0.0.1"

@@ -239,10 +239,11 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     import threading
 
     t0 = time.monotonic()
-    from hangdoctor.checkapi.registry import require_checks_dir
+    if kw.get("checks_dirs"):
+        from hangdoctor.checkapi.registry import require_checks_dir
 
-    for d in kw.get("checks_dirs") or ():
-        require_checks_dir(d)  # fail before collecting; the checks load during the window
+        for d in kw["checks_dirs"]:
+            require_checks_dir(d)  # fail before collecting; the checks load during the window
     # Everything that does not need the evidence (loading the checks, importing triage and the
     # log parsers, compiling the report templates) happens while the probe samples its window.
     warm: dict[str, Any] = {}

@@ -13,7 +13,6 @@ import importlib.util
 import pkgutil
 import sys
 import traceback
-from importlib.metadata import entry_points
 from pathlib import Path
 from types import ModuleType
 
@@ -61,6 +60,10 @@ def builtin_checks() -> list[Check]:
 
 def entry_point_checks(include_builtin: bool = True) -> tuple[list[Check], list[str]]:
     """Checks from every installed distribution's ``hangdoctor.checks`` entry points."""
+    # Imported here (~25 ms with email and csv): a diagnosis loads the checks while its probe
+    # samples, and nothing before the connection should wait for it.
+    from importlib.metadata import entry_points
+
     checks: list[Check] = []
     problems: list[str] = []
     for ep in entry_points(group=GROUP):

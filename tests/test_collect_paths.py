@@ -72,15 +72,50 @@ def test_asyncssh_library_lookups_use_the_ldconfig_cache_only(monkeypatch):
     monkeypatch.setattr(ctypes.util, "_findLib_gcc", searched, raising=False)
     monkeypatch.setattr(ctypes.util, "_findLib_ld", searched, raising=False)
     original = ctypes.util.find_library
+    real_run = subprocess.run
+    ldconfig_runs = []
+
+    def counting_run(argv, *args, **kwargs):
+        if argv and str(argv[0]).endswith("ldconfig"):
+            ldconfig_runs.append(argv)
+        return real_run(argv, *args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "run", counting_run)
     with asyncssh_import._ldconfig_only():
         assert ctypes.util.find_library is not original
-        assert ctypes.util.find_library("c") == ctypes.util._findSoname_ldconfig("c")
+        for name in ("c", "m", "pthread", "ssl", "nettle", "oqs", "hangdoctor-no-such-library"):
+            assert ctypes.util.find_library(name) == ctypes.util._findSoname_ldconfig(name), name
         assert ctypes.util.find_library("c") is not None
         assert ctypes.util.find_library("hangdoctor-no-such-library") is None
+    assert len(ldconfig_runs) == 1, ldconfig_runs  # one listing answers every name
     assert ctypes.util.find_library is original
     mod = asyncssh_import.import_asyncssh()
     assert mod.__name__ == "asyncssh" and hasattr(mod, "connect")
     assert ctypes.util.find_library is original
+
+
+def test_asyncssh_x509_support_is_what_a_plain_import_gives_without_the_wasted_import():
+    """asyncssh's X.509 support needs pyOpenSSL; without it asyncssh ends up without X.509
+    either way, and import_asyncssh skips the ~25 ms cryptography.x509 import on the way."""
+    probe = (
+        "import sys, importlib.util; {imp}; import asyncssh.public_key as pk; "
+        "print(pk._x509_available, 'cryptography.x509' in sys.modules, "
+        "importlib.util.find_spec('OpenSSL') is not None, "
+        "'asyncssh.crypto.x509' in sys.modules and sys.modules['asyncssh.crypto.x509'] is None)"
+    )
+    out = {}
+    for how, imp in (("plain", "import asyncssh"),
+                     ("ours", "from hangdoctor.target.asyncssh_import import import_asyncssh; "
+                              "import_asyncssh()")):
+        proc = subprocess.run([sys.executable, "-c", probe.format(imp=imp)], capture_output=True,
+                              text=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        out[how] = proc.stdout.split()
+    available, imported, pyopenssl, left_blocked = out["ours"]
+    assert available == out["plain"][0]  # the same X.509 support either way
+    assert left_blocked == "False"  # the module name is not left poisoned
+    if pyopenssl == "False":
+        assert imported == "False" and out["plain"][1] == "True"
 
 
 def test_the_entry_point_keeps_exit_codes_and_output_through_a_closed_pipe():

@@ -69,6 +69,9 @@ def test_alias_from_ssh_config_diagnoses_a_hung_process(
     ssh = _manifest(snapshot, "ssh")
     assert ssh["status"] == "ok" and ssh["detail"].startswith("connect ")
     assert "probe" in ssh["detail"]
+    # one round trip (python and py-spy on the remote PATH): uid and arch come from the probe
+    assert "upload" not in target.last_run.timings_s and "check" not in target.last_run.timings_s
+    assert f"uid {os.geteuid()}, {os.uname().machine}" in ssh["detail"], ssh["detail"]
 
 
 def test_proxyjump_from_ssh_config(sshd: SshdServer, monkeypatch: pytest.MonkeyPatch) -> None:

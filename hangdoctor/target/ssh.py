@@ -48,6 +48,7 @@ _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # starts without site-packages and adds them in a thread (ProbeConfig.late_site).
 _LOADER = 'import sys; exec(compile(sys.stdin.buffer.read(), "<hangdoctor-probe>", "exec"))'
 _RUN_PROBE_ARGS = "-S -c " + shlex.quote(_LOADER)
+_FAST_MARK = b"hd_fast=1"
 
 # ELF e_machine -> `uname -m` spelling, to tell whether our py-spy binary runs over there.
 _ELF_MACHINES = {
@@ -465,14 +466,16 @@ class SshTarget:
             'sp="$HOME/.local/bin/py-spy"; fi; '
             'if [ -z "$sp" ] && [ -n "$py" ] && [ -x "$(dirname "$py")/py-spy" ]; then '
             'sp="$(dirname "$py")/py-spy"; fi; '
+            # Fast path, one round trip: python and py-spy are there, so run the probe (its
+            # source is already on stdin) and name them on stderr. Arch and uid come from the
+            # probe's snapshot then: no `uname` or `id` to fork.
+            'if [ -n "$py" ] && [ -n "$sp" ]; then '
+            'echo "hd_python=$py" >&2; echo "hd_pyspy=$sp" >&2; echo "hd_fast=1" >&2; '
+            f'exec "$py" {_RUN_PROBE_ARGS}; fi; '
             "arch=$(uname -m); d=; "
             f"{make_dir}"
-            'facts() { echo "hd_python=$py"; echo "hd_pyspy=$sp"; echo "hd_arch=$arch"; '
-            'echo "hd_uid=$(id -u)"; echo "hd_tmpdir=$d"; }; '
-            # Fast path, one round trip: python and py-spy are there, so run the probe (its
-            # source is already on stdin) and report the facts on stderr.
-            f'if [ -n "$py" ] && [ -n "$sp" ]; then facts >&2; exec "$py" {_RUN_PROBE_ARGS}; fi; '
-            "facts"
+            'echo "hd_python=$py"; echo "hd_pyspy=$sp"; echo "hd_arch=$arch"; '
+            'echo "hd_uid=$(id -u)"; echo "hd_tmpdir=$d"'
         )
 
     def _probe_command(self, python: str, tmpdir: Optional[str]) -> str:
@@ -515,15 +518,15 @@ class SshTarget:
         result = await self._run(
             conn, _sh(self._discovery_script(upload_arch)), stdin=probe_stdin, on_sent=on_sent
         )
-        # The fast path reports the facts on stderr and then runs the probe.
-        fast = b"hd_uid=" in (result.stderr or b"") and b"hd_uid=" not in (result.stdout or b"")
+        # The fast path names python and py-spy on stderr and then runs the probe.
+        fast = _FAST_MARK in (result.stderr or b"") and b"hd_uid=" not in (result.stdout or b"")
         facts_text = (result.stderr if fast else result.stdout) or b""
         facts: dict[str, str] = {}
         for line in facts_text.decode("utf-8", "replace").splitlines():
             if line.startswith("hd_") and "=" in line:
                 key, _, value = line.partition("=")
                 facts[key[3:]] = value.strip()
-        if "uid" not in facts:
+        if "uid" not in facts and not fast:
             raise TargetError(
                 f"{self.name}: the remote shell did not run our check "
                 f"(exit {result.exit_status}): {_tail(result.stderr or b'') or 'no output'}",
@@ -681,6 +684,12 @@ class SshTarget:
                 f"{run.stderr_tail or 'no stderr'}",
                 f"run it by hand to see more: ssh HOST {shlex.quote(run.python)} --version",
             )
+        host = snapshot.get("host")
+        if isinstance(host, dict):  # the fast path asked the shell for neither
+            if not run.uid and host.get("euid") is not None:
+                run.uid = str(host["euid"])
+            if not run.arch and host.get("arch"):
+                run.arch = str(host["arch"])
         self._record(snapshot, run, start, result.exit_status)
         return snapshot
 

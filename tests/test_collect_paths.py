@@ -8,10 +8,12 @@ interpreter's teardown. Each keeps its behaviour here.
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
 import threading
+import time
 
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.target import multi
@@ -174,3 +176,61 @@ def test_the_analysis_warm_up_runs_at_the_lowest_cpu_priority(monkeypatch):
     which, who, prio, tid = calls[0]
     assert which == os.PRIO_PROCESS and prio == 19
     assert who == tid and tid != threading.main_thread().native_id  # that thread only
+
+
+_TREE_SCRIPT = r"""
+import subprocess, sys, threading, time
+kids = []
+def spawn():  # a child started by a second thread is listed under that thread
+    kids.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+t = threading.Thread(target=spawn); t.start(); t.join()
+inner = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+kids.append(subprocess.Popen([sys.executable, "-c", inner]))
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+def test_the_process_tree_from_children_files_is_the_tree_from_a_whole_proc_scan(tmp_path):
+    """The probe reads a tree through /proc/PID/task/TID/children (a few reads per process of
+    the tree) instead of every process's stat on the host; it must find the same processes in
+    the same order, a grandchild and a child started from a second thread included."""
+    from hangdoctor.collect import procfs
+
+    root = subprocess.Popen([sys.executable, "-c", _TREE_SCRIPT], stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    try:
+        assert root.stdout.readline().strip() == "ready"
+        expected = procfs.descendants(root.pid, procfs.children_map())
+        for _ in range(50):  # the grandchild may still be starting
+            if len(expected) == 4:
+                break
+            time.sleep(0.1)
+            expected = procfs.descendants(root.pid, procfs.children_map())
+        assert len(expected) == 4, expected  # root, two children, one grandchild
+        assert procfs.process_tree(root.pid) == expected
+        assert procfs.children(expected[-1]) == []
+    finally:
+        os.killpg(root.pid, 9)
+        root.wait()
+    assert procfs.children(root.pid) == []  # gone: no children, and no error
+
+
+def test_a_proc_tree_without_children_files_falls_back_to_the_whole_scan(tmp_path):
+    """A kernel without CONFIG_PROC_CHILDREN (or a copied proc tree): process_tree says it
+    cannot answer, and the probe then scans every process as before."""
+    from hangdoctor.collect import procfs
+    from hangdoctor.collect.config import ProbeConfig
+    from hangdoctor.collect.probe import collect
+
+    proc = tmp_path / "proc"
+    for pid, ppid in ((4242, 1), (4243, 4242)):
+        (proc / str(pid) / "task" / str(pid)).mkdir(parents=True)
+        (proc / str(pid) / "stat").write_text(
+            f"{pid} (python3) S {ppid} {pid} {pid} 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 100 "
+            "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n")
+    assert procfs.process_tree(4242, str(proc)) is None
+    assert procfs.descendants(4242, procfs.children_map(str(proc))) == [4242, 4243]
+    snap = collect(ProbeConfig(root_pids=[4242], window_s=0, deadline_s=5, nvml=False,
+                               kernel_log=False, proc_root=str(proc)))
+    assert [p["pid"] for p in snap["processes"]] == [4242, 4243]

@@ -147,7 +147,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
 
     # process tree + sample A
     t0 = time.monotonic()
-    kids = procfs.children_map(proc)
+    kids = None  # ppid -> pids of the whole host, read only if the children files fail us
     pool = _Pool(max(4, min(cfg.max_dump_concurrency, 32)))
     # The kernel walks its whole socket table for /proc/net/tcp (milliseconds, more on a busy
     # server): read it off the main thread, while the processes are read and the dumps start.
@@ -160,7 +160,12 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             readers.append(ProcReader(root, root, cfg, boot_s))
             seen.add(root)
             continue
-        for pid in procfs.descendants(root, kids):
+        tree = procfs.process_tree(root, proc)
+        if tree is None:
+            if kids is None:
+                kids = procfs.children_map(proc)
+            tree = procfs.descendants(root, kids)
+        for pid in tree:
             if pid in seen or pid in own:
                 continue
             seen.add(pid)

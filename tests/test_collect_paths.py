@@ -234,3 +234,31 @@ def test_a_proc_tree_without_children_files_falls_back_to_the_whole_scan(tmp_pat
     snap = collect(ProbeConfig(root_pids=[4242], window_s=0, deadline_s=5, nvml=False,
                                kernel_log=False, proc_root=str(proc)))
     assert [p["pid"] for p in snap["processes"]] == [4242, 4243]
+
+
+def test_discovery_skips_kernel_threads_named_by_kthreadd_and_only_those(tmp_path):
+    """Discovery (no --pid) reads every process's cmdline and environ; kernel threads, most of
+    a GPU node's processes, come from kthreadd's children file and are skipped."""
+    import pytest
+
+    from hangdoctor.collect import processes, procfs
+
+    st = procfs.stat(2)
+    if not st or st["comm"] != "kthreadd":
+        pytest.skip("no kthreadd in this pid namespace")
+    kthreads = processes.kernel_threads()
+    assert 2 in kthreads and len(kthreads) > 1
+    for pid in kthreads - {2}:
+        s = procfs.stat(pid)
+        if s is not None:  # (may have ended)
+            assert s["ppid"] == 2 and not procfs.cmdline(pid), pid
+    assert os.getpid() not in kthreads
+    # where pid 2 is an ordinary process (a container's pid namespace), nothing is skipped
+    proc = tmp_path / "proc"
+    (proc / "2" / "task" / "2").mkdir(parents=True)
+    (proc / "2" / "task" / "2" / "children").write_text("7 8 ")
+    (proc / "2" / "stat").write_text(
+        "2 (bash) S 1 2 2 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 100 "
+        "0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0 0\n")
+    assert processes.kernel_threads(str(proc)) == set()
+    assert procfs.children(2, str(proc)) == [7, 8]

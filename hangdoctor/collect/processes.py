@@ -43,12 +43,23 @@ _TORCH_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop", "pt_tcpstore_uv", "pt_nccl
 # ---------------------------------------------------------------- discovery
 
 
+def kernel_threads(proc: str = "/proc") -> set:
+    """kthreadd (pid 2, parent 0) and its children: every kernel thread, from one file. Empty
+    where pid 2 is something else (a container's own pid namespace shows no kernel threads)."""
+    st = procfs.stat(2, proc)
+    if not st or st.get("comm") != "kthreadd" or st.get("ppid") != 0:
+        return set()
+    kids = procfs.children(2, proc)
+    return set(kids or ()) | {2}
+
+
 def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
     """Find inference-server roots: matching processes whose parent does not match too."""
     matches = {}  # type: Dict[int, Tuple[str, str, int]]
-    for pid in procfs.list_pids(proc):
-        if pid in own_pids:
-            continue
+    # A GPU node runs thousands of kernel threads: two reads each for nothing, so skip them.
+    skip = kernel_threads(proc) | set(own_pids)
+    candidates = [pid for pid in procfs.list_pids(proc) if pid not in skip]
+    for pid in candidates:
         argv = procfs.cmdline(pid, proc)
         if not argv:
             continue
@@ -62,8 +73,8 @@ def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
                 break
     # Plain torch.distributed jobs (a script of one's own, not a known server): the ranks carry
     # RANK / WORLD_SIZE / MASTER_ADDR in their environment; their launcher is the root.
-    for pid in procfs.list_pids(proc):
-        if pid in own_pids or pid in matches:
+    for pid in candidates:
+        if pid in matches:
             continue
         raw = procfs.read_bytes("%s/%d/environ" % (proc, pid), 1 << 18)
         if not raw or b"WORLD_SIZE=" not in raw or b"MASTER_ADDR=" not in raw:

@@ -303,3 +303,70 @@ def test_uploaded_pyspy_is_removed_when_the_probe_hangs(sshd: SshdServer, tmp_pa
     assert run is not None and run.tmpdir
     assert not os.path.exists(run.tmpdir)  # removed by the cleanup command, not left behind
     assert _pyspy_tmpdirs() == before
+
+
+def test_the_connection_acknowledges_each_server_packet_at_once(sshd: SshdServer) -> None:
+    """sshd's small packets wait on our acknowledgement (Nagle on its side, delayed ACK on
+    ours: up to 40 ms each time). From the first packet on, every read of the connection sets
+    TCP_QUICKACK, which sends the pending acknowledgement now; the data still arrives whole."""
+    import socket
+
+    from hangdoctor.target import ssh as ssh_mod
+
+    quickacks: list[int] = []
+    reads: list[int] = []
+    original = ssh_mod.ack_each_read
+
+    def spying(conn: asyncssh.SSHClientConnection) -> None:
+        sock = conn.get_extra_info("socket")
+        assert sock is not None and sock.family == socket.AF_INET
+        inner = conn.data_received
+
+        def counting(data: bytes, datatype: object = None) -> None:
+            reads.append(len(data))
+            inner(data) if datatype is None else inner(data, datatype)
+
+        conn.data_received = counting  # under the wrapper: reads it passes on
+        real_setsockopt = sock.setsockopt
+
+        class Sock:  # the wrapper's view of the socket: count TCP_QUICKACK
+            family = sock.family
+
+            def setsockopt(self, level: int, opt: int, value: int) -> None:
+                if level == socket.IPPROTO_TCP and opt == socket.TCP_QUICKACK:
+                    quickacks.append(value)
+                real_setsockopt(level, opt, value)
+
+        conn.get_extra_info = lambda name, default=None: Sock() if name == "socket" else default
+        original(conn)
+
+    async def go() -> bytes:
+        target = SshTarget(sshd.alias, config_path=sshd.ssh_config)
+        ssh_mod.ack_each_read = spying
+        try:
+            conn = await target._connect(target._resolve(), ssh_mod._Run())
+        finally:
+            ssh_mod.ack_each_read = original
+        async with conn:
+            result = await conn.run("printf hello", encoding=None)
+        return result.stdout
+
+    assert asyncio.run(go()) == b"hello"
+    assert reads and len(quickacks) == len(reads) and set(quickacks) == {1}
+
+
+def test_acknowledging_at_once_leaves_a_connection_without_a_tcp_socket_alone() -> None:
+    """A tunnelled connection (ProxyJump) has no socket of its own: nothing is wrapped."""
+    from hangdoctor.target.ssh import ack_each_read
+
+    class Tunnelled:
+        def get_extra_info(self, name: str, default: object = None) -> object:
+            return None
+
+        def data_received(self, data: bytes) -> None:
+            pass
+
+    conn = Tunnelled()
+    before = conn.data_received
+    ack_each_read(conn)  # type: ignore[arg-type]
+    assert conn.data_received == before

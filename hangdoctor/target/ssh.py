@@ -156,12 +156,46 @@ class _Run:
     stderr_tail: str = ""
 
 
+def ack_each_read(conn: asyncssh.SSHClientConnection) -> None:
+    """Acknowledge every TCP segment from the server as soon as it is read (TCP_QUICKACK).
+
+    sshd sends small packets without TCP_NODELAY on non-interactive sessions, so Nagle holds
+    its next packet until the previous one is acknowledged, and Linux delays that
+    acknowledgement up to 40 ms when we have nothing to send. The first session after
+    authentication waited exactly that: its open confirmation came ~45 ms after the server's
+    preceding debug and host-keys messages (8 ms instead of 50, loopback, 20 connections).
+    The flag does not stick, so it is set again on each read. A tunnelled connection
+    (ProxyJump) has no socket of its own and is left as it is.
+    """
+    quickack = getattr(socket, "TCP_QUICKACK", None)  # Linux only
+    sock = conn.get_extra_info("socket")
+    if quickack is None or sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
+        return
+    received = conn.data_received
+
+    def data_received(data: bytes, datatype: Any = None) -> None:
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, quickack, 1)
+        except OSError:
+            pass
+        if datatype is None:
+            received(data)
+        else:
+            received(data, datatype)
+
+    conn.data_received = data_received  # type: ignore[method-assign]
+
+
 class _HostKeyWatcher(asyncssh.SSHClient):
-    """Sees the key a host offers when known_hosts does not vouch for it."""
+    """Sees the key a host offers when known_hosts does not vouch for it; acknowledges the
+    server's packets at once from the first one on (``ack_each_read``)."""
 
     def __init__(self, accept_unknown: bool) -> None:
         self.accept_unknown = accept_unknown
         self.offered: Optional[asyncssh.SSHKey] = None
+
+    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+        ack_each_read(conn)
 
     def validate_host_public_key(
         self, host: str, addr: str, port: int, key: asyncssh.SSHKey

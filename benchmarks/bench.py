@@ -135,10 +135,17 @@ def time_pyspy_dumps(pyspy_bin: str, pids: list[int]) -> float:
 
 
 def ssh_round_trip_s(pool: SshdPool, index: int = 0) -> float:
-    """connect + authenticate + ``true`` + close with asyncssh: what one SSH round trip costs."""
+    """connect + authenticate + ``true`` + close with asyncssh: what one SSH round trip costs,
+    with hangdoctor's client (each server packet acknowledged at once, ``ack_each_read``)."""
     import asyncssh
 
+    from hangdoctor.target.ssh import ack_each_read
+
     host = pool.hosts[index]
+
+    class Client(asyncssh.SSHClient):
+        def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
+            ack_each_read(conn)
 
     async def once() -> float:
         t0 = time.monotonic()
@@ -150,6 +157,7 @@ def ssh_round_trip_s(pool: SshdPool, index: int = 0) -> float:
             known_hosts=pool.known_hosts,
             config=None,
             connect_timeout=10,
+            client_factory=Client,
         ) as conn:
             await conn.run("true", check=False)
         return time.monotonic() - t0

@@ -14,7 +14,7 @@ import re
 # ~5 ms on a remote host's bare interpreter (python3 -S).
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from typing import Dict, List, Optional, Tuple
+    from typing import Any, Dict, List, Optional, Tuple
 
 CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
@@ -295,6 +295,16 @@ def process_tree(root: int, proc: str = "/proc") -> Optional[List[int]]:
     process's children files: a few reads per process of the tree instead of one per process
     on the host (thousands on a GPU node, most of them kernel threads). None when the children
     files cannot answer: then use ``descendants(root, children_map())``."""
+    return _depth_first(root, lambda pid: children(pid, proc))
+
+
+def descendants(root: int, kids: Dict[int, List[int]]) -> List[int]:
+    return _depth_first(root, lambda pid: kids.get(pid, [])) or [root]  # a dict never gives up
+
+
+def _depth_first(root: int, children_of: Any) -> Optional[List[int]]:
+    """``root`` first, then each child's subtree in pid order; None if ``children_of`` (pid ->
+    list, or None: cannot tell) gives up on any of them."""
     out, stack, seen = [], [root], set()  # type: List[int], List[int], set
     while stack:
         pid = stack.pop()
@@ -302,20 +312,8 @@ def process_tree(root: int, proc: str = "/proc") -> Optional[List[int]]:
             continue
         seen.add(pid)
         out.append(pid)
-        kids = children(pid, proc)
+        kids = children_of(pid)
         if kids is None:
             return None
         stack.extend(sorted(set(kids), reverse=True))
-    return out
-
-
-def descendants(root: int, kids: Dict[int, List[int]]) -> List[int]:
-    out, stack, seen = [], [root], set()
-    while stack:
-        pid = stack.pop()
-        if pid in seen:
-            continue
-        seen.add(pid)
-        out.append(pid)
-        stack.extend(sorted(kids.get(pid, []), reverse=True))
     return out

@@ -394,3 +394,24 @@ def test_aes_gcm_is_preferred_unless_the_user_chose_ciphers(sshd: SshdServer, tm
                       + "\nHost *\n    Ciphers chacha20-poly1305@openssh.com\n")
     user_cipher, order = asyncio.run(cipher(SshTarget(sshd.alias, config_path=str(chosen))))
     assert user_cipher == "chacha20-poly1305@openssh.com" and order is None
+
+
+def test_the_fast_path_probe_dumps_with_the_py_spy_the_shell_found(
+    sshd: SshdServer, hung_process: HungProcess, tmp_path: Path
+) -> None:
+    """One round trip: the shell looks for py-spy (PATH first) and starts the probe; the probe
+    must use that py-spy, not search again in its own order (its Python's scripts dir first)."""
+    real = os.path.join(os.path.dirname(sys.executable), "py-spy")  # the probe's own pick
+    assert os.access(real, os.X_OK), real
+    wrapper_dir = tmp_path / "bin"
+    wrapper_dir.mkdir()
+    wrapper = wrapper_dir / "py-spy"
+    wrapper.write_text(f'#!/bin/sh\nexec {real} "$@"\n')
+    wrapper.chmod(0o755)
+    target = SshTarget(sshd.alias, config_path=sshd.ssh_config, remote_python=sys.executable,
+                       remote_env={"PATH": f"{wrapper_dir}:{BARE_PATH}"})
+    snapshot = asyncio.run(target.collect(_config(hung_process.pid, window_s=0)))
+    assert target.last_run.pyspy == str(wrapper)
+    assert "check" not in target.last_run.timings_s  # the fast path ran
+    assert str(wrapper) in _manifest(snapshot, "stacks")["detail"]
+    assert "Connection._recv" in _frames(snapshot, hung_process.pid)

@@ -540,10 +540,12 @@ class SshTarget:
             'if [ -z "$sp" ] && [ -n "$py" ] && [ -x "$(dirname "$py")/py-spy" ]; then '
             'sp="$(dirname "$py")/py-spy"; fi; '
             # Fast path, one round trip: python and py-spy are there, so run the probe (its
-            # source is already on stdin) and name them on stderr. Arch and uid come from the
-            # probe's snapshot then: no `uname` or `id` to fork.
+            # source is already on stdin) and name them on stderr. The probe dumps with this
+            # py-spy (HANGDOCTOR_PYSPY, unless the host sets it) rather than search again.
+            # Arch and uid come from the probe's snapshot then: no `uname` or `id` to fork.
             'if [ -n "$py" ] && [ -n "$sp" ]; then '
             'echo "hd_python=$py" >&2; echo "hd_pyspy=$sp" >&2; echo "hd_fast=1" >&2; '
+            ': "${HANGDOCTOR_PYSPY:=$sp}"; export HANGDOCTOR_PYSPY; '
             f'exec "$py" {_RUN_PROBE_ARGS}; fi; '
             "arch=$(uname -m); d=; "
             f"{make_dir}"

@@ -66,7 +66,11 @@ def start_sshd(workdir: Path) -> tuple[subprocess.Popen, SshdServer]:
     user = "root" if os.geteuid() == 0 else os.environ.get("USER", "root")
     config = workdir / "sshd_config"
     config.write_text(
-        sshd_config(port, host_key, workdir / "sshd.pid", authorized, "Subsystem sftp internal-sftp")
+        sshd_config(port, host_key, workdir / "sshd.pid", authorized, "Subsystem sftp internal-sftp",
+                    # Sessions find the test environment's python and py-spy first, as on a host
+                    # where they are installed; without it a fresh machine has no py-spy on the
+                    # default PATH and every run takes the upload path.
+                    f"SetEnv PATH={os.path.dirname(sys.executable)}:/usr/local/bin:/usr/bin:/bin")
     )
     proc = start_sshd_process(config, workdir / "sshd.log")
     try:

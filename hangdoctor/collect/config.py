@@ -28,6 +28,8 @@ _DEFAULTS = (
     ("redact", True),
     ("nvml", True),
     ("kernel_log", True),
+    ("nccl_ras", True),  # query NCCL RAS (read-only) when a diagnosed process loaded NCCL
+    ("fr_dump", False),  # opt-in: ask ranks to dump their Flight Recorder (on-demand pipe)
     ("max_dump_concurrency", 16),
     ("host_name", "localhost"),  # what the user typed, for the report
     # The probe runs under `python3 -S` (SSH): site-packages (pynvml, psutil) are added in a
@@ -62,6 +64,8 @@ class ProbeConfig:
     redact: bool
     nvml: bool
     kernel_log: bool
+    nccl_ras: bool
+    fr_dump: bool
     max_dump_concurrency: int
     host_name: str
     late_site: bool

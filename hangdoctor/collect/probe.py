@@ -214,6 +214,14 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     if pyspy_bin is None and py_targets:
         man.add("stacks", "unavailable", 0.0, "py-spy not found on this host",
                 "pip install py-spy (or let hangdoctor upload it over SSH)")
+    # NCCL: the library each process mapped, RAS at both edges of the window, FR dumps
+    nccl_c = None
+    if py_targets:
+        from hangdoctor.collect import nccl as nccl_mod
+
+        nccl_c = nccl_mod.NcclCollector([r.pid for r in py_targets], proc, cfg.nccl_ras, cfg.fr_dump,
+                                        max(0.5, min(2.0, (hard_deadline - time.monotonic()) * 0.2)))
+        futures["ncclA"] = pool.submit(nccl_c.start)
     # after the first dumps are on their way: site.main() then overlaps their wait
     site_thread = _start_site(cfg)
     try:
@@ -277,6 +285,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             r.record.setdefault("exit_info", "unreadable at window end: %s" % exc)
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
     _log_finish(snap, log_a, log_path, man)
+    if nccl_c is not None:
+        futures["ncclB"] = pool.submit(_nccl_finish, futures["ncclA"], nccl_c, hard_deadline)
 
     # gather, within the deadline
     results = {}  # type: Dict[str, Any]
@@ -334,6 +344,9 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     else:
         man.add("http", "ok", 0.0, "no API port in the process tree%s" % skipped_note)
     snap["http"] = http
+
+    if nccl_c is not None:
+        _nccl_record(snap, man, results.get("ncclB"), cfg)
 
     # kernel log
     if cfg.kernel_log:
@@ -402,6 +415,47 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     if cfg.redact:
         _redact_snapshot(snap)
     return snap
+
+
+def _nccl_finish(start: Any, collector: Any, hard_deadline: float) -> Dict[str, Any]:
+    start.result(timeout=max(0.0, hard_deadline - time.monotonic() - 0.5))
+    return collector.finish()
+
+
+def _nccl_record(snap: Dict[str, Any], man: Manifest, res: Any, cfg: ProbeConfig) -> None:
+    """The NCCL section of the snapshot and its manifest entries."""
+    if not isinstance(res, dict):
+        man.add("nccl", "timeout", 0.0, "NCCL facts not read by the deadline: %s" % (res,))
+        return
+    if not res.get("processes"):
+        return  # no diagnosed process loaded NCCL or set Flight Recorder variables
+    snap["nccl"] = res
+    libs = sorted({"%s (%s)" % (lib.get("version") or "version unknown", lib.get("path"))
+                   for p in res["processes"] for lib in p.get("libraries", [])})
+    man.add("nccl", "ok", 0.0, "NCCL loaded: %s" % "; ".join(libs) if libs else "NCCL not loaded")
+    samples = res.get("ras") or []
+    if not cfg.nccl_ras:
+        man.add("nccl_ras", "unavailable", 0.0, "not queried (--no-nccl-ras)")
+    elif samples:
+        ok = [s for s in samples if s.get("ok")]
+        errs = sorted({str(s.get("error")) for s in samples if not s.get("ok")})
+        man.add("nccl_ras", "ok" if ok else "failed", max(float(s.get("duration_s") or 0) for s in samples),
+                "%d of %d RAS queries answered (%s)%s" % (
+                    len(ok), len(samples), ", ".join(sorted({str(s.get("addr")) for s in samples})),
+                    "; " + "; ".join(errs) if errs else ""),
+                None if ok else "NCCL >= 2.24 answers on NCCL_RAS_ADDR (default localhost:28028) unless NCCL_RAS_ENABLE=0")
+    elif libs:
+        why = ("RAS disabled in the job (NCCL_RAS_ENABLE=0)"
+               if any(p.get("ras_disabled") for p in res["processes"]) else "no RAS address")
+        man.add("nccl_ras", "unavailable", 0.0, why)
+    dumps = res.get("flight_recorder") or []
+    if dumps:
+        good = [d for d in dumps if d.get("summary")]
+        man.add("flight_recorder", "ok" if good else "failed", 0.0,
+                "%d Flight Recorder dump(s) found, %d read" % (len(dumps), len(good)))
+    for req in res.get("fr_requests") or []:
+        snap["notes"].append("--fr-dump: asked pid %s to dump its Flight Recorder through %s: %s" % (
+            req.get("pid"), req.get("pipe") or "its pipe", "sent" if req.get("ok") else req.get("error")))
 
 
 def _pth_paths_only(sitedir: str, name: str, known_paths: Any) -> Any:

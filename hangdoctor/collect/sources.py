@@ -33,10 +33,17 @@ def ports_to_probe(readers: List[Any], extra: List[int]) -> Tuple[Dict[int, str]
     100 % CPU in the target, and a store may log or drop a bad client.
     """
     master_ports = set()
+    ras_ports = {28028}  # NCCL RAS: it speaks its own protocol, and only that is sent to it
     for r in readers:
-        mp = (r.record.get("env") or {}).get("MASTER_PORT")
+        env = r.record.get("env") or {}
+        mp = env.get("MASTER_PORT")
         if mp and mp.isdigit():
             master_ports.add(int(mp))
+        ras = env.get("NCCL_RAS_ADDR", "").rpartition(":")[2]
+        if ras.isdigit():
+            ras_ports.add(int(ras))
+    low, high = _ephemeral_range()
+    nccl_pids = {}  # type: Dict[int, bool]
     ports = {}  # type: Dict[int, str]
     skipped = []  # type: List[str]
     worker_ports = []  # type: List[int]
@@ -46,6 +53,12 @@ def ports_to_probe(readers: List[Any], extra: List[int]) -> Tuple[Dict[int, str]
             port = int(s["port"])
             if port in master_ports:
                 skipped.append("port %d (c10d store, MASTER_PORT)" % port)
+            elif port in ras_ports:
+                skipped.append("port %d (NCCL RAS)" % port)
+            elif (low <= port <= high and not _names_port(r.record.get("cmdline") or [], port)
+                  and _maps_nccl(r.pid, getattr(r, "proc", "/proc"), nccl_pids)):
+                # bound to port 0 by a process that loaded NCCL: a bootstrap/proxy/gloo socket
+                skipped.append("port %d (ephemeral, in a process that loaded NCCL)" % port)
             elif role in ("worker", "engine", "compiler"):
                 worker_ports.append(port)
             else:
@@ -55,6 +68,31 @@ def ports_to_probe(readers: List[Any], extra: List[int]) -> Tuple[Dict[int, str]
     for p in extra:
         ports[int(p)] = "127.0.0.1"  # asked for explicitly
     return ports, skipped
+
+
+def _ephemeral_range(path: str = "/proc/sys/net/ipv4/ip_local_port_range") -> Tuple[int, int]:
+    try:
+        with open(path) as f:
+            a, b = f.read().split()[:2]
+        return int(a), int(b)
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
+def _names_port(argv: List[str], port: int) -> bool:
+    """Whether the command line names this port (``--port 50000``, ``--port=50000``, a URL)."""
+    want = str(port)
+    return any(tok == want or tok.endswith(("=" + want, ":" + want)) for tok in argv)
+
+
+def _maps_nccl(pid: int, proc: str, cache: Dict[int, bool]) -> bool:
+    if pid not in cache:
+        try:
+            with open("%s/%d/maps" % (proc, pid), "rb") as f:
+                cache[pid] = b"libnccl" in f.read(8 << 20)
+        except OSError:
+            cache[pid] = False
+    return cache[pid]
 
 
 def http_probe(port: int, ip: str, timeout_s: float) -> Dict[str, Any]:

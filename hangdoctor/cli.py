@@ -199,6 +199,8 @@ def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: di
             sudo=opts.get("sudo", False),
             redact=not opts.get("no_redact", False),
             nvml=not opts.get("no_gpu", False),
+            nccl_ras=not opts.get("no_nccl_ras", False),
+            fr_dump=opts.get("fr_dump", False),
             host_name=t.name,
         )
 
@@ -224,6 +226,8 @@ def _diagnose_options(f: Any) -> Any:
         click.option("--locals", is_flag=True, help="py-spy --locals (redacted; may still show prompts)"),
         click.option("--sudo", is_flag=True, help="run py-spy through sudo -n on the target"),
         click.option("--no-gpu", is_flag=True, help="do not query NVML"),
+        click.option("--no-nccl-ras", is_flag=True, help="do not query NCCL RAS (read-only; on by default when a process loaded NCCL)"),
+        click.option("--fr-dump", is_flag=True, help="ask each NCCL rank to dump its Flight Recorder (writes to TORCH_NCCL_DEBUG_INFO_PIPE_FILE; opt-in)"),
         click.option("--no-redact", is_flag=True, help="keep secrets in the output: for private use only"),
         click.option("-i", "--identity", multiple=True, type=click.Path(), help="SSH private key (repeat)"),
         click.option("--ssh-option", multiple=True, help="SSH option as Key=Value (e.g. Port=2222, User=ops)"),

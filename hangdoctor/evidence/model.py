@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
+from hangdoctor.evidence.nccl import NcclView
 from hangdoctor.evidence.stacks import ProcStack, build_proc_stack
 
 MIB = 1024 * 1024
@@ -18,7 +19,7 @@ GIB = 1024 * MIB
 # Evidence names a check can declare in ``needs``.
 SOURCES = (
     "processes", "stacks", "gpus", "log", "kernel_log", "http", "host_memory", "shm", "timing",
-    "env",
+    "env", "nccl", "nccl_ras", "flight_recorder",
 )
 
 
@@ -209,7 +210,18 @@ class Evidence:
             return any("shm" in s for s in self.snapshots)
         if source == "env":
             return any(p.env for p in self.processes)
+        if source == "nccl":
+            return bool(self.nccl.sections)
+        if source == "nccl_ras":
+            return bool(self.nccl.ras_answers)
+        if source == "flight_recorder":
+            return bool(self.nccl.fr_ranks)
         return False
+
+    @cached_property
+    def nccl(self) -> NcclView:
+        """The loaded NCCL, NCCL RAS samples and Flight Recorder dumps (evidence/nccl.py)."""
+        return NcclView(self.snapshots)
 
     # ------------------------------------------------------------ views
     @cached_property

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import nccl_fixtures as nf
 import pytest
 from snapbuild import (
     BUSY,
@@ -244,6 +245,12 @@ def activity_compile_children():
 # check id -> (firing fixtures with the cause they must speak for (None: a plain finding),
 #              ruled-out fixtures)
 CASES: dict[str, tuple[list[tuple[Callable[[], dict], str | None]], list[Callable[[], dict]]]] = {
+    # NCCL RAS / Flight Recorder: built from the real recordings (tests/nccl_fixtures.py)
+    "nccl.ras": ([(nf.ras_rank_missing, "rank-died"), (nf.ras_counts_skewed_frozen, "nccl-desync")],
+                 [nf.ras_counts_moving, nf.ras_all_present_frozen, nf.ras_recorded_one_rank]),
+    "nccl.flight-recorder": ([(nf.fr_gloo_desync, "nccl-desync"), (nf.fr_h200_timeout, "nccl-desync"),
+                              (nf.fr_first_collective, "nccl-transport")],
+                             [nf.fr_stale, nf.fr_all_done]),
     "process.alive": ([(stopped_and_d_state, "io-stall"), (zombie_worker, "rank-died"), (root_gone, None)],
                       [postload_recorded]),
     "ranks.expected": ([(dead_rank_recorded, "rank-died"), (rank_gpu_freed, "rank-died")], [postload_recorded]),

@@ -7,6 +7,11 @@ without a GPU. Needs torch (imported only in the workers, so this module imports
 
 Run: ``python3 -m hangdoctor.scenarios.gloo_desync --log /tmp/x.log
 --ready-file /tmp/ready.json``.
+
+With ``--fr-dump PREFIX`` the ranks keep PyTorch's Flight Recorder (``TORCH_FR_BUFFER_SIZE``) and,
+once inside the mismatched collective, each writes its dump to ``PREFIX<rank>`` as NCCL's
+watchdog does on a timeout with ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` (gloo has no such watchdog):
+real Flight Recorder records of real ranks, ``TORCH_FR_DUMP_TEMP_FILE`` set in their environment.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_common_args(p)
     p.add_argument("--master-port", type=int, default=0, help="0 picks a free port")
     p.add_argument("--api-key", default=None, help="accepted and ignored (redaction tests)")
+    p.add_argument("--fr-dump", default=None, metavar="PREFIX",
+                   help="keep the Flight Recorder and write each rank's dump to PREFIX<rank>")
     return p
 
 
@@ -68,6 +75,8 @@ def run_worker(args: argparse.Namespace) -> int:
     log.line(f"[rank{rank}] INFO step 1: all_reduce done (sum={float(t[0]):.0f})")
     op = "all_reduce" if rank == 0 else "barrier"
     log.line(f"[rank{rank}] INFO step 2: entering {op}")
+    if args.fr_dump:
+        _dump_flight_recorder_soon(args.fr_dump + str(rank))
     status.send({"status": "reached", "rank": rank, "pid": os.getpid(), "state": op})
     if rank == 0:
         dist.all_reduce(t)
@@ -77,11 +86,32 @@ def run_worker(args: argparse.Namespace) -> int:
     return 1
 
 
+def _dump_flight_recorder_soon(path: str, delay_s: float = 0.5) -> None:
+    """Write this rank's Flight Recorder to ``path`` once it is inside its collective."""
+    import threading
+
+    def dump() -> None:
+        time.sleep(delay_s)
+        from torch._C._distributed_c10d import _dump_fr_trace
+
+        data = _dump_fr_trace(True, True, False)
+        tmp = path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+
+    threading.Thread(target=dump, name="fr-dump", daemon=True).start()
+
+
 def run_launcher(args: argparse.Namespace) -> int:
     """Start both ranks, write the ready file once both are about to block, wait on them."""
     become_launcher(args.max_lifetime)
     log = LogWriter(args.log)
     master_port = args.master_port or find_free_port()
+    if args.fr_dump:
+        # inherited by the ranks: what a job that wants Flight Recorder dumps sets at launch
+        os.environ["TORCH_FR_BUFFER_SIZE"] = "2000"
+        os.environ["TORCH_FR_DUMP_TEMP_FILE"] = args.fr_dump
     log.line(f"INFO launching {WORLD_SIZE} ranks (gloo, tcp://127.0.0.1:{master_port})")
     status_readers: list[Connection] = []
     procs = []
@@ -97,6 +127,8 @@ def run_launcher(args: argparse.Namespace) -> int:
         ]
         if args.log:
             worker_args += ["--log", args.log]
+        if args.fr_dump:
+            worker_args += ["--fr-dump", args.fr_dump]
         procs.append(
             start_worker(MODULE, rank, WORLD_SIZE, master_port, worker_args, (status_w.fileno(),))
         )
@@ -109,6 +141,11 @@ def run_launcher(args: argparse.Namespace) -> int:
         return 1
     # "reached" is sent just before the collective call: let both get inside it.
     time.sleep(0.5)
+    if args.fr_dump:
+        deadline = time.monotonic() + 30.0
+        while time.monotonic() < deadline and not all(
+                os.path.exists(args.fr_dump + str(r)) for r in range(WORLD_SIZE)):
+            time.sleep(0.1)
     write_ready_file(
         args.ready_file,
         {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import Counter
 
-from hangdoctor.checkapi import check, cleared, fired, support
+from hangdoctor.checkapi import against, check, cleared, fired, support
 from hangdoctor.evidence.model import Evidence
 
 
@@ -63,7 +63,14 @@ def flight_recorder(ev: Evidence):
                 "without a dump never joined it"))
         r, g = pending[0]
         p = g.pending
-        if p.seq == 1 or (g.last_completed in (None, 0) and p.seq in (None, 1)):
+        if _group_size(g.ranks) == 1:
+            # a collective of a one-rank group waits for no peer: what holds it is its stream
+            signals.append(support(
+                "gpu-kernel-spin", 0.45,
+                f"Flight Recorder, {label}: rank {r.rank}'s {p.op} #{p.seq} never completed, in a group "
+                "of one rank (no peer to wait for): a kernel ahead of it on the stream does not finish"))
+            signals.append(against("nccl-desync", 0.4, f"{label} has a single rank: no peer to be out of step with"))
+        elif p.seq == 1 or (g.last_completed in (None, 0) and p.seq in (None, 1)):
             signals.append(support(
                 "nccl-transport", 0.45,
                 f"Flight Recorder, {label}: the first collective ({p.op} #{p.seq}) never completed "
@@ -73,7 +80,7 @@ def flight_recorder(ev: Evidence):
                 "gpu-kernel-spin", 0.4,
                 f"Flight Recorder, {label}: rank {r.rank}'s {p.op} #{p.seq} was enqueued but never "
                 "started on the GPU: a kernel ahead of it on the stream does not finish"))
-        elif len(members) == 1:
+        elif len(members) == 1 and _group_size(g.ranks) != 1:
             signals.append(support(
                 "nccl-desync", 0.3,
                 f"Flight Recorder, {label}: rank {r.rank} timed out in {p.op} #{p.seq} "
@@ -81,9 +88,21 @@ def flight_recorder(ev: Evidence):
                 f"{p.caller or '?'}" + ("" if g.timing_on else
                                         "; whether it started on the GPU is unknown "
                                         "(TORCH_NCCL_ENABLE_TIMING was off)")))
-    if signals:
-        return fired(signals[0].text, *signals)
+    positive = [s for s in signals if s.weight > 0]
+    if positive:
+        return fired(positive[0].text, *signals)
     return cleared(f"{len(fresh)} Flight Recorder dump(s): every collective completed")
+
+
+def _group_size(ranks: object) -> int | None:
+    """``'[0, 1, 2]'`` (as pg_config writes it) -> 3; None when unknown."""
+    if isinstance(ranks, list):
+        return len(ranks)
+    text = str(ranks or "").strip()
+    if not text.startswith("[") or not text.endswith("]"):
+        return None
+    inner = text[1:-1].strip()
+    return len([x for x in inner.split(",") if x.strip()]) if inner else 0
 
 
 def _where(r, g) -> str:

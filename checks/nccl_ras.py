@@ -79,6 +79,10 @@ def nccl_ras(ev: Evidence):
             signals.append(against("rank-died", 0.3, f"NCCL RAS: every rank of {name} is present"))
             signals.append(against("nccl-desync", 0.2,
                                    f"NCCL RAS: every rank of {name} ran the same number of collectives"))
+    if comms and all(c.size == 1 for c in comms):
+        signals.append(against("nccl-desync", 0.4, "NCCL RAS: every communicator has a single rank: "
+                                                    "no peer to be out of step with"))
+        signals.append(against("rank-died", 0.3, "NCCL RAS: every communicator has a single rank, present"))
     facts = {"moving": moving, "still": still}
     if moving and not any(s.weight > 0 for s in signals):
         return cleared("; ".join(moving), against("nccl-desync", 0.4, moving[0]),

@@ -112,6 +112,12 @@ def fr_first_collective():
     d = fr_dump("fr-h200-timeout-rank0.pickle", 0, time.time())
     g = d["summary"]["groups"][0]
     g["entries"] = [dict(g["entries"][-1], collective_seq_id=1)]
+    g["ranks"] = "[0, 1]"  # the first collective of a two-rank group
     g["status"] = {"last_enqueued_collective": 1, "last_started_collective": -1,
                    "last_completed_collective": 0}
     return nccl_snap(fr=[d], n_ranks=1)
+
+
+def fr_one_dump_of_two_ranks():
+    """Only rank 0's dump (of a two-rank group): it waits in all_reduce #2; its peer is unseen."""
+    return nccl_snap(fr=[fr_dump("fr-gloo-desync-rank0.pickle", 0, time.time())])

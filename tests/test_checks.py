@@ -248,7 +248,8 @@ CASES: dict[str, tuple[list[tuple[Callable[[], dict], str | None]], list[Callabl
     # NCCL RAS / Flight Recorder: built from the real recordings (tests/nccl_fixtures.py)
     "nccl.ras": ([(nf.ras_rank_missing, "rank-died"), (nf.ras_counts_skewed_frozen, "nccl-desync")],
                  [nf.ras_counts_moving, nf.ras_all_present_frozen, nf.ras_recorded_one_rank]),
-    "nccl.flight-recorder": ([(nf.fr_gloo_desync, "nccl-desync"), (nf.fr_h200_timeout, "nccl-desync"),
+    "nccl.flight-recorder": ([(nf.fr_gloo_desync, "nccl-desync"), (nf.fr_h200_timeout, "gpu-kernel-spin"),
+                              (nf.fr_one_dump_of_two_ranks, "nccl-desync"),
                               (nf.fr_first_collective, "nccl-transport")],
                              [nf.fr_stale, nf.fr_all_done]),
     "process.alive": ([(stopped_and_d_state, "io-stall"), (zombie_worker, "rank-died"), (root_gone, None)],

@@ -333,3 +333,34 @@ def test_gloo_desync_with_real_flight_recorder_dumps_names_the_odd_rank(tmp_path
     sig = next(s for s in fr["signals"] if s["cause"] == "nccl-desync")
     assert [o["rank"] for o in sig["odd"]] == [1] and "barrier #2" in sig["text"]
     assert a["causes"][0]["id"] == "nccl-desync"
+
+
+# ------------------------------------------------------------ replayed H200 diagnoses
+@pytest.mark.parametrize("name", ["gpu-nccl-spin-fr-timing", "gpu-nccl-spin-fr"])
+def test_h200_rank_behind_a_spinning_kernel_is_a_kernel_spin(name: str) -> None:
+    """Recorded on an H200: an all_reduce enqueued behind torch.cuda._sleep, watchdog timed out
+    and dumped. With TORCH_NCCL_ENABLE_TIMING the dump says it never started; without, the
+    one-rank group says no peer can be awaited. RAS answered twice; no HTTP reached NCCL."""
+    from snapbuild import load
+
+    from hangdoctor.triage.analyze import analyze
+
+    s = load(name)
+    assert not s["http"] and "port 28028 (NCCL RAS)" in next(
+        m["detail"] for m in s["manifest"] if m["source"] == "http")
+    a = analyze([s])
+    assert a["verdict"] == "hung"
+    assert a["causes"][0]["id"] == "gpu-kernel-spin", [(c["id"], c["score"]) for c in a["causes"]]
+    fr = next(c for c in a["checks"] if c["id"] == "nccl.flight-recorder")
+    assert "all_reduce #7" in fr["summary"]
+
+
+def test_h200_idle_rank_with_ras_is_no_desync() -> None:
+    from snapbuild import load
+
+    from hangdoctor.triage.analyze import analyze
+
+    a = analyze([load("gpu-nccl-idle")])
+    ras = next(c for c in a["checks"] if c["id"] == "nccl.ras")
+    assert ras["verdict"] == "cleared"
+    assert not a["causes"] or a["causes"][0]["id"] not in ("nccl-desync", "rank-died")

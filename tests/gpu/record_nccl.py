@@ -105,13 +105,24 @@ def rank_main():
     while not os.path.exists(os.path.join(state_dir, "go-stuck")):
         time.sleep(0.1)
     # the spin: ~20 s at 2 GHz, far past the 8 s watchdog timeout
-    torch.cuda._sleep(40_000_000_000)
+    torch.cuda._sleep(int(os.environ.get("REC_SPIN_CYCLES", "60000000000")))
     y = torch.ones(2048, device="cuda")
     dist.all_reduce(y)
     open(os.path.join(state_dir, "stuck"), "w").write(str(os.getpid()))
     torch.cuda.synchronize()
     open(os.path.join(state_dir, "returned"), "w").write("1")
     time.sleep(30)
+
+
+def diagnose(pid, tag):
+    """The real CLI against the rank: its snapshot and analysis are fixtures CI replays."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    r = subprocess.run([sys.executable, "-m", "hangdoctor", "diagnose", "localhost", "--pid", str(pid),
+                        "--window", "2", "--json", "--save-snapshot", os.path.join(OUT, tag + ".snapshot.json"),
+                        "-o", os.path.join(OUT, tag + ".html")],
+                       capture_output=True, text=True, timeout=90, cwd=root)
+    open(os.path.join(OUT, tag + ".diagnose.json"), "w").write(r.stdout)
+    open(os.path.join(OUT, tag + ".diagnose.err"), "w").write(r.stderr[-20000:])
 
 
 def main():
@@ -132,6 +143,8 @@ def main():
                TORCH_NCCL_DEBUG_INFO_TEMP_FILE=os.path.join(OUT, "frdump", "nccl_trace_rank_"),
                TORCH_NCCL_DEBUG_INFO_PIPE_FILE=os.path.join(OUT, "frpipe", "nccl_pipe_rank_"),
                NCCL_DEBUG="INFO", HOME=home)
+    if os.environ.get("REC_TIMING"):
+        env["TORCH_NCCL_ENABLE_TIMING"] = "1"
     os.makedirs(os.path.join(OUT, "frdump"), exist_ok=True)
     os.makedirs(os.path.join(OUT, "frpipe"), exist_ok=True)
     log = open(os.path.join(OUT, "rank.log"), "w")
@@ -169,6 +182,8 @@ def main():
     ras["idle_verbose"] = ras_exchange(["CLIENT PROTOCOL 2", "VERBOSE STATUS"])
     ras["idle_json_verbose"] = ras_exchange(["CLIENT PROTOCOL 2", "SET FORMAT json", "VERBOSE STATUS"])
     ras["bad_protocol"] = ras_exchange(["CLIENT PROTOCOL 99"])
+    if os.environ.get("REC_DIAG"):
+        diagnose(pid, "idle")
     # py-spy view if present
     open(os.path.join(state, "go-stuck"), "w").write("1")
     t1 = time.time()
@@ -176,14 +191,7 @@ def main():
         time.sleep(0.1)
     time.sleep(1.0)
     ras["stuck_json_1"] = ras_exchange(["CLIENT PROTOCOL 2", "SET FORMAT json", "STATUS"])
-    if os.environ.get("REC_DIAG"):
-        r = subprocess.run([sys.executable, "-m", "hangdoctor", "diagnose", "localhost", "--pid", str(pid),
-                            "--window", "2", "--json", "--save-snapshot", os.path.join(OUT, "stuck.snapshot.json")],
-                           capture_output=True, text=True, timeout=60, cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-        open(os.path.join(OUT, "stuck.diagnose.json"), "w").write(r.stdout)
-        open(os.path.join(OUT, "stuck.diagnose.err"), "w").write(r.stderr[-20000:])
-    else:
-        time.sleep(2.0)
+    time.sleep(2.0)
     ras["stuck_json_2"] = ras_exchange(["CLIENT PROTOCOL 2", "SET FORMAT json", "STATUS"])
     ras["stuck_text"] = ras_exchange(["CLIENT PROTOCOL 2", "STATUS"])
     # on-demand FR through the pipe (opt-in feature; here the job set it up)
@@ -199,10 +207,12 @@ def main():
     # wait for the watchdog timeout dump
     t2 = time.time()
     while time.time() - t2 < 40 and p.poll() is None:
-        if glob.glob(os.path.join(OUT, "frdump", "*")) and time.time() - t2 > 15:
+        if glob.glob(os.path.join(OUT, "frdump", "*")):
+            time.sleep(1.0)
             break
         time.sleep(0.5)
-    time.sleep(2)
+    if os.environ.get("REC_DIAG") and p.poll() is None:
+        diagnose(pid, "stuck")
     ras["after_timeout_json"] = ras_exchange(["CLIENT PROTOCOL 2", "SET FORMAT json", "STATUS"])
     summary["fr_dumps"] = {f: os.path.getsize(f) for f in glob.glob(os.path.join(OUT, "frdump", "*"))}
     summary["home_files"] = [os.path.join(dp, f) for dp, _, fs in os.walk(home) for f in fs]

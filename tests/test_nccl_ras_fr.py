@@ -364,3 +364,20 @@ def test_h200_idle_rank_with_ras_is_no_desync() -> None:
     ras = next(c for c in a["checks"] if c["id"] == "nccl.ras")
     assert ras["verdict"] == "cleared"
     assert not a["causes"] or a["causes"][0]["id"] not in ("nccl-desync", "rank-died")
+
+
+@pytest.mark.parametrize("bad", [
+    "x", {"processes": "x", "ras": [1, {"ok": True, "status": "s"}]},
+    {"ras": [{"ok": True, "status": {"communicators": [{"ranks": [{"collective_counts": "c", "status": 3}],
+                                                        "missing_ranks": "m"}]}}]},
+    {"flight_recorder": [{"summary": {"groups": [{"entries": "e", "status": 1}]}, "rank": "r", "mtime": "t"}]},
+])
+def test_a_malformed_nccl_section_never_crashes_analysis(bad) -> None:
+    from snapbuild import LAUNCHER, snap
+
+    from hangdoctor.triage.analyze import analyze
+
+    s = snap(processes=[LAUNCHER])
+    s["nccl"] = bad
+    a = analyze([s])
+    assert not [c for c in a["checks"] if c["verdict"] == "errored" and c["id"].startswith("nccl")]

@@ -120,6 +120,47 @@ def _clean_gpus(gpus: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _dicts(v: Any) -> list[dict[str, Any]]:
+    return [x for x in v if isinstance(x, dict)] if isinstance(v, list) else []
+
+
+def _clean_nccl(sec: dict[str, Any]) -> dict[str, Any]:
+    """The NCCL section (RAS samples, Flight Recorder summaries): lists of dicts all the way down."""
+    out = dict(sec)
+    for key in ("processes", "ras", "flight_recorder", "fr_requests"):
+        out[key] = [dict(x) for x in _dicts(sec.get(key))]
+    for p in out["processes"]:
+        p["libraries"] = _dicts(p.get("libraries"))
+    for r in out["ras"]:
+        st = r.get("status")
+        if not isinstance(st, dict):
+            r.pop("status", None)
+            continue
+        st = r["status"] = dict(st, communicators=[dict(c) for c in _dicts(st.get("communicators"))])
+        for c in st["communicators"]:
+            c["missing_ranks"] = _dicts(c.get("missing_ranks"))
+            c["ranks"] = [dict(x) for x in _dicts(c.get("ranks"))]
+            for rk in c["ranks"]:
+                rk["status"] = rk["status"] if isinstance(rk.get("status"), dict) else {}
+                counts = rk.get("collective_counts")
+                rk["collective_counts"] = ({str(k): v for k, v in counts.items() if _is_int(v)}
+                                           if isinstance(counts, dict) else {})
+    for d in out["flight_recorder"]:
+        summ = d.get("summary")
+        if not isinstance(summ, dict):
+            d.pop("summary", None)
+            continue
+        summ = d["summary"] = dict(summ, groups=[dict(g) for g in _dicts(summ.get("groups"))])
+        for g in summ["groups"]:
+            g["entries"] = _dicts(g.get("entries"))
+            g["status"] = g["status"] if isinstance(g.get("status"), dict) else {}
+        if not _is_num(d.get("mtime")):
+            d.pop("mtime", None)
+        if not _is_int(d.get("rank")):
+            d["rank"] = None
+    return out
+
+
 def normalize(snap: dict[str, Any]) -> dict[str, Any]:
     """Return a copy of ``snap`` in which every field the views read has the right type."""
     s = dict(snap)
@@ -147,6 +188,11 @@ def normalize(snap: dict[str, Any]) -> dict[str, Any]:
     if dropped:
         notes = s.get("notes") if isinstance(s.get("notes"), list) else []
         s["notes"] = notes + [f"{dropped} malformed entries were dropped from the snapshot"]
+    if "nccl" in s:
+        if isinstance(s["nccl"], dict):
+            s["nccl"] = _clean_nccl(s["nccl"])
+        else:
+            s.pop("nccl")
     if "gpus" in s:
         if isinstance(s["gpus"], dict):
             s["gpus"] = _clean_gpus(s["gpus"])

@@ -37,6 +37,7 @@ STREAM_TIMEOUT_S = 60.0  # a FIFO / device that trickles
 LOG_TAIL_LINES = 5000
 KERNEL_LINES = 5000
 MAX_SAMPLES_PER_PID = 20
+PASTED_TEXT_LINES = 20000  # raw lines kept per input for the knowledge rules
 MAX_SYNTHETIC = 64  # processes of unknown pid (faulthandler, tracebacks) kept from one run
 
 # family -> (segment kinds that feed it, the command that would produce it)
@@ -245,6 +246,7 @@ class _Builder:
         self.versions: dict = {}
         self.notes: list[str] = []
         self.pasted: list[dict] = []
+        self.pasted_text: list[dict] = []  # every input's lines, for the knowledge rules
         self.given: dict[str, list[str]] = {f: [] for f in FAMILIES}
         self.synthetic: dict[str, int] = {}
         self.next_synthetic = -1
@@ -450,6 +452,8 @@ class _Builder:
         if self.env:
             snap["env"] = self.env
         snap["pasted"] = self.pasted
+        if self.pasted_text:
+            snap["pasted_text"] = self.pasted_text
         if self.notes:
             snap["notes"] = self.notes
         return snap
@@ -478,6 +482,8 @@ def analyze_inputs(inputs: list[tuple[str, str]]) -> dict:
         if not segs:
             b.notes.append(f"{source}: empty, nothing to analyse")
         b.pasted.append(entry)
+        all_lines = str(text).split("\n")
+        b.pasted_text.append({"source": source, "lines": all_lines[-PASTED_TEXT_LINES:]})
         for seg in segs:
             if seg.kind in ("snapshot", "analysis"):
                 b.notes.append(f"{source} is a saved {seg.kind} JSON; it is not raw evidence")

@@ -162,7 +162,7 @@ def _pct(a: int, b: int) -> str:
 def markdown(summary: dict[str, Any], results: list[dict[str, Any]], corpus_name: str) -> str:
     s = summary
     out = [
-        f"| corpus | cases | top-1 | top-3 | crashes | slowest case | median |",
+        "| corpus | cases | top-1 | top-3 | crashes | slowest case | median |",
         "|---|---|---|---|---|---|---|",
         f"| {corpus_name} | {s['cases']} | {_pct(s['top1'], s['cases'])} | "
         f"{_pct(s['top3'], s['cases'])} | {s['crashes']} | {s['max_s']:.2f} s | "

@@ -11,6 +11,7 @@ Everything is redacted (``hangdoctor.redact``) before it is returned.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 import time
@@ -30,6 +31,15 @@ from hangdoctor.parsers.stacks import PastedDump, rank_from_text, role_from_text
 from hangdoctor.parsers.traceback import dumps_from_tracebacks, parse_tracebacks
 from hangdoctor.redact import redact_obj
 
+# nvidia-smi that did not answer or could not reach a GPU, as people paste it or describe it
+_SMI_TIMEOUT = re.compile(
+    r"(?i)nvidia-smi\b.{0,40}\b(?:blocked|blocks|hangs?|hung|stuck|freezes|does not return|"
+    r"never returns|not responding|timed out)"
+)
+_SMI_FAILED = re.compile(
+    r"Unable to determine the device handle|No devices were found|Failed to initialize NVML|"
+    r"GPU is lost|Unable to communicate with the NVIDIA driver|NVIDIA-SMI has failed"
+)
 MAX_INPUT_BYTES = 64 * 1024 * 1024
 STREAM_MAX_BYTES = 1024 * 1024 * 1024  # stdin read beyond this is given up on (endless producer)
 FIRST_DATA_TIMEOUT_S = 3.0  # a FIFO that no one writes to
@@ -247,6 +257,7 @@ class _Builder:
         self.notes: list[str] = []
         self.pasted: list[dict] = []
         self.pasted_text: list[dict] = []  # every input's lines, for the knowledge rules
+        self.smi_problem: Optional[tuple[str, str]] = None  # (status, the line that says so)
         self.given: dict[str, list[str]] = {f: [] for f in FAMILIES}
         self.synthetic: dict[str, int] = {}
         self.next_synthetic = -1
@@ -356,6 +367,18 @@ class _Builder:
             self.versions.update(parse_collect_env(seg.lines))
             self.given["versions"].append(source)
 
+    def scan_nvidia_smi(self, lines: list[str], source: str) -> None:
+        """A pasted nvidia-smi error, or a poster saying it blocked: the GPU side did not answer
+        (gpu.health reads it like a live nvidia-smi that timed out or failed)."""
+        for line in lines:
+            if len(line) > 2000:
+                continue
+            if _SMI_TIMEOUT.search(line):
+                self.smi_problem = ("timeout", f"{source}: {line.strip()}")
+                return
+            if self.smi_problem is None and _SMI_FAILED.search(line):
+                self.smi_problem = ("failed", f"{source}: {line.strip()}")
+
     def _merge_gpus(self, parsed: dict) -> None:
         if self.gpus is None:
             self.gpus = parsed
@@ -431,6 +454,11 @@ class _Builder:
                         "detail": "not in the paste; to get it: " + how,
                     }
                 )
+        if self.smi_problem:
+            status, line = self.smi_problem
+            snap["manifest"].append(
+                {"source": "nvidia-smi", "status": status, "detail": "pasted: " + line[:200]}
+            )
         if self.processes:
             snap["processes"] = sorted(
                 self.processes.values(), key=lambda p: (p["pid"] < 0, abs(p["pid"]))
@@ -484,6 +512,7 @@ def analyze_inputs(inputs: list[tuple[str, str]]) -> dict:
         b.pasted.append(entry)
         all_lines = str(text).split("\n")
         b.pasted_text.append({"source": source, "lines": all_lines[-PASTED_TEXT_LINES:]})
+        b.scan_nvidia_smi(all_lines, source)
         for seg in segs:
             if seg.kind in ("snapshot", "analysis"):
                 b.notes.append(f"{source} is a saved {seg.kind} JSON; it is not raw evidence")

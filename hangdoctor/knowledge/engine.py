@@ -6,7 +6,8 @@ A matcher (``when``) is ``{"all": [...], "any": [...], "not": [...]}``; each con
 - ``{"line": REGEX, "in": [KINDS], "min": N}``: a line of one of the kinds matches (at least N
   lines); kinds: ``text`` (any pasted or log line), ``log``, ``kernel``, ``frame`` (a stack frame,
   ``name (file)``), ``top`` (the innermost frame of a thread), ``env`` (``KEY=VALUE``), ``cmd``
-  (a command line), ``tail`` (the last lines of each input or log: where it stopped);
+  (a command line), ``tail`` (the last lines of each input or log: where it stopped), ``last``
+  (the last line of each);
 - ``{"fact": NAME}`` (present and true), with ``"eq"``, ``"re"``, ``"lt"``/``"le"``/``"ge"``/
   ``"gt"`` (versions compare part by part; a list fact matches when any element does);
 - ``{"all"|"any"|"not": [...]}``: nesting.
@@ -24,7 +25,7 @@ from typing import Any, Iterable
 from hangdoctor.knowledge.facts import extract, version_tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-KINDS = ("text", "tail", "log", "kernel", "frame", "top", "env", "cmd")
+KINDS = ("text", "tail", "last", "log", "kernel", "frame", "top", "env", "cmd")
 TAIL_LINES = 5  # "the last thing it printed": the last lines of each input / log
 _NOT_CONTENT = re.compile(r"^\s*(?:```\w*|\.\.\.|…|\[\.\.\..*\.\.\.\]|<details>.*|</details>)?\s*$")
 MAX_LINES = 30000  # per kind: bounds the time on a huge paste
@@ -60,6 +61,7 @@ def view_of_lines(text_lines: Iterable[str]) -> View:
     for line in text_lines:
         v.add("text", line)
     v.lines["tail"] = _tail(v.lines["text"])
+    v.lines["last"] = v.lines["tail"][-1:]
     v.facts = extract(v.lines["text"])
     return v
 
@@ -76,9 +78,11 @@ def view_of_evidence(ev: Any) -> View:
             for line in lines:
                 v.add("text", line)
             v.lines["tail"].extend(_tail(lines))
+            v.lines["last"].extend(_tail(lines)[-1:])
         log_tail = [x for x in (s.get("log") or {}).get("tail") or [] if isinstance(x, str)]
         if not s.get("pasted_text"):
             v.lines["tail"].extend(_tail(log_tail))
+            v.lines["last"].extend(_tail(log_tail)[-1:])
         for line in log_tail:
             v.add("log", line)
         for line in (s.get("kernel_log") or {}).get("lines") or []:

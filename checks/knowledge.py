@@ -63,9 +63,10 @@ def knowledge_rules(ev: Evidence):
 
     Confirm by hand: python -c "from hangdoctor.knowledge import rules; print(len(rules()))"
     """
-    rule_hits, issue_hits, _view = evaluate(ev)
+    rule_hits, issue_hits, view = evaluate(ev)
+    env_facts = {"env_facts": view.facts}
     if not rule_hits and not issue_hits:
-        return cleared("no rule or known issue matched the evidence")
+        return cleared("no rule or known issue matched the evidence", facts=env_facts)
     signals: list[Signal] = []
     for m in rule_hits:
         signals.extend(_signals(m, "rule"))
@@ -78,4 +79,5 @@ def knowledge_rules(ev: Evidence):
     return fired(f"{len(names)} rule(s) matched: " + ", ".join(names[:8]), *signals,
                  facts={"known_issues": [_known(m) for m in issue_hits],
                         "rules_matched": [m.id for m in rule_hits],
-                        "symptoms": [m.id for m in rule_hits if m.entry.get("symptom")]})
+                        "symptoms": [m.id for m in rule_hits if m.entry.get("symptom")],
+                        **env_facts})

@@ -57,6 +57,7 @@ _FLAGS: list[tuple[str, re.Pattern[str]]] = [
     ("workstation_gpu", re.compile(r"(?i)RTX (?:PRO )?\d{4}(?: Blackwell)?(?: Ada)?|RTX A\d{4}|"
                                    r"\bA6000\b|Ada Generation|RTX 6000 Ada")),
     ("pcie_gpu", re.compile(r"(?i)\bPCIe\b")),
+    ("nvswitch_gpu", re.compile(r"\b(?:H100|H200|B200|B300|GB200|GB300)\b(?! PCIe)|NVSwitch|\bHGX\b|\bDGX (?:H|B|A)")),
     ("nvlink", re.compile(r"(?i)\bNVLink\b|\bNV\d+\b")),
     ("mpich", re.compile(r"(?i)\bmpich\b")),
     ("openmpi", re.compile(r"(?i)open ?mpi")),

@@ -21,6 +21,7 @@ from hangdoctor.evidence.model import MIB, Evidence
 from hangdoctor.triage.causes import CAUSES, title
 
 MIN_SCORE = 0.05
+SYMPTOM_CAP = 0.2  # the most that downstream symptoms alone can score for a cause
 
 
 def score_causes(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
@@ -54,6 +55,69 @@ def score_causes(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
 
 def _confidence(score: float) -> str:
     return "high" if score >= 0.7 else "medium" if score >= 0.4 else "low"
+
+
+def _symptom_only(items: list[dict[str, Any]]) -> bool:
+    """Every signal for the cause is a downstream symptom (a line that only says someone is
+    stuck: a shm broadcast warning, an RPC or round timeout, EngineDeadError)."""
+    return bool(items) and all("symptom" in (i.get("refs") or []) for i in items)
+
+
+def rank_confidence(causes: list[dict[str, Any]], ev: Evidence) -> None:
+    """How much the evidence shows, per ranked cause (``causes`` is sorted, best first).
+
+    high: a strong score that clearly leads the next cause; medium: a mechanism that speaks for
+    it; low: weak, close to the runner-up, or only downstream symptoms. One sample (pasted
+    evidence, ``--window 0``) cannot show movement, so without a window "high" also needs two
+    independent checks, or one known issue, behind it.
+    """
+    for i, c in enumerate(causes):
+        nxt = causes[i + 1]["score"] if i + 1 < len(causes) else 0.0
+        level = _confidence(c["score"])
+        if level == "high" and c["score"] - nxt < 0.2:
+            level = "medium"
+        if level == "high" and not ev.has_timing:
+            checks = {e["check"] for e in c["evidence"]}
+            known = any(any(str(r).startswith("known-issue:") for r in e.get("refs") or []) for e in c["evidence"])
+            if len(checks) < 2 and not known:
+                level = "medium"
+        if c.get("symptom_only"):
+            level = "low"
+        c["confidence"] = level
+
+
+def choose_experiment(causes: list[dict[str, Any]], facts: dict[str, Any]) -> dict[str, Any] | None:
+    """The one A/B toggle that best tells the leading hypotheses apart (knowledge/experiments.json):
+    it confirms one of the top two and speaks against the other; else it tests the first."""
+    from hangdoctor.knowledge import engine
+
+    if not causes:
+        return None
+    top = [c["id"] for c in causes[:3]]
+    view = engine.View(facts=facts or {})
+    best, best_score = None, 0
+    for e in engine.experiments():
+        if e.get("when") and not engine.holds(e["when"], view, []):
+            continue
+        if e.get("unless") and engine.holds(e["unless"], view, []):
+            continue  # already tried (e.g. NCCL_P2P_DISABLE=1 is set)
+        conf, out = set(e["confirms"]), set(e["rules_out"])
+        score = 0
+        if top[0] in conf:
+            score = 2
+            if len(top) > 1 and top[1] in out:
+                score = 4
+        elif len(top) > 1 and top[1] in conf and top[0] in out:
+            score = 3
+        elif any(t in conf for t in top[1:]):
+            score = 1
+        if score > best_score:
+            best, best_score = e, score
+    if best is None:
+        return None
+    between = [t for t in top[:2] if t in best["confirms"] or t in best["rules_out"]]
+    return {"id": best["id"], "toggle": best["toggle"], "between": between,
+            "if_fixed": best["if_fixed"], "if_not": best["if_not"]}
 
 
 def _fill(step: str, ev: Evidence, odd: list[dict[str, Any]]) -> str:
@@ -300,14 +364,20 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
                 seen.add(key)
                 odd.append(o)
         c = CAUSES.get(cid)
+        symptom_only = _symptom_only(a["for"])
+        # several downstream symptoms together are still only symptoms
+        score = min(a["score"], SYMPTOM_CAP) if symptom_only else a["score"]
         causes.append({
-            "id": cid, "title": title(cid), "score": a["score"], "confidence": _confidence(a["score"]),
+            "id": cid, "title": title(cid), "score": score, "confidence": _confidence(score),
+            "symptom_only": symptom_only,
             "summary": a["for"][0]["text"],
             "evidence": a["for"], "against": a["against"],
             "next_steps": [_fill(s, ev, odd) for s in (c.next_steps if c else ())],
             "odd_ones_out": odd,
         })
-    causes.sort(key=lambda c: (-c["score"], c["id"]))
+    # a cause that only downstream symptoms speak for ranks below every mechanism
+    causes.sort(key=lambda c: (c["symptom_only"], -c["score"], c["id"]))
+    rank_confidence(causes, ev)
 
     ruled_out = []
     for cid, a in scored.items():
@@ -432,6 +502,9 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         "log": log_out,
         "collection": collection,
         "weakened": _weakened(ev),
+        "known_issues": facts.get("known_issues") or [],
+        "next_experiment": choose_experiment(causes, facts.get("env_facts") or {}),
+        "environment": facts.get("environment") or {},
         "next_command": _next_command(ev, verdict),
         "intrusion": intrusion,
         "problems": problems,

@@ -311,6 +311,10 @@ CASES: dict[str, tuple[list[tuple[Callable[[], dict], str | None]], list[Callabl
     "knowledge.rules": ([(interposer_at_nccl_init, "cuda-interposer-deadlock"), (idle_ranks_livelock, "cpu-livelock"),
                          (ray_worker_died, "rank-died")],
                         [lambda: log_snap(PLAIN_LOG), postload_recorded]),
+    "env.audit": ([(lambda: snap(processes=[LAUNCHER], versions={"torch": "2.5.1"},
+                                 log=["node:1:1 [0] NCCL INFO NCCL version 2.18.3+cuda12.2"]), None),
+                   (interposer_at_nccl_init, None)],
+                  [lambda: log_snap(PLAIN_LOG), postload_recorded]),
 }
 
 

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable
 
+from hangdoctor.knowledge.audit import derive
 from hangdoctor.knowledge.facts import extract, version_tuple
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -62,7 +63,7 @@ def view_of_lines(text_lines: Iterable[str]) -> View:
         v.add("text", line)
     v.lines["tail"] = _tail(v.lines["text"])
     v.lines["last"] = v.lines["tail"][-1:]
-    v.facts = extract(v.lines["text"])
+    v.facts = derive(extract(v.lines["text"]))
     return v
 
 
@@ -108,7 +109,7 @@ def view_of_evidence(ev: Any) -> View:
     # the live path has no raw text: its log and kernel lines are its text
     if not v.lines["text"]:
         v.lines["text"] = v.lines["log"] + v.lines["kernel"]
-    v.facts = extract(v.lines["text"] + v.lines["env"] + v.lines["cmd"])
+    v.facts = derive(extract(v.lines["text"] + v.lines["env"] + v.lines["cmd"]))
     return v
 
 

@@ -19,7 +19,7 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("driver_version*", re.compile(r"(?i)driver version\s*[:=]?\s*(\d{3}\.\d+(?:\.\d+)?)")),
     ("driver_version*", re.compile(r"(?i)\bdriver[: ]+(\d{3}\.\d+\.\d+)")),
     ("cuda_version*", re.compile(r"(?i)CUDA Version\s*[:=]?\s*(\d+\.\d+)")),
-    ("cuda_version*", re.compile(r"(?i)\bCUDA(?: runtime)?[: ]+(\d+\.\d+)\b")),
+    ("cuda_version*", re.compile(r"(?i)\bCUDA(?: runtime)?(?: version)?[: ]+(\d+\.\d+)\b")),
     ("torch_version", re.compile(r"(?i)\b(?:torch|pytorch)(?: version)?\s*(?:==|=|:|\s)\s*v?(\d+\.\d+\.\d+)")),
     ("vllm_version", re.compile(r"(?i)\bvllm(?:-openai)?(?: version)?\s*(?:==|:|\s)\s*v?(\d+\.\d+\.\d+)")),
     ("vllm_version", re.compile(r"(?i)vllm-openai:v(\d+\.\d+\.\d+)")),
@@ -58,8 +58,10 @@ _FLAGS: list[tuple[str, re.Pattern[str]]] = [
                                    r"\bA6000\b|Ada Generation|RTX 6000 Ada")),
     ("pcie_gpu", re.compile(r"(?i)\bPCIe\b")),
     ("nvswitch_gpu", re.compile(r"\b(?:H100|H200|B200|B300|GB200|GB300)\b(?! PCIe)|NVSwitch|\bHGX\b|\bDGX (?:H|B|A)")),
-    ("nvlink", re.compile(r"(?i)\bNVLink\b|\bNV\d+\b")),
+    ("nvlink", re.compile(r"(?i)(?<!no )(?<!without )(?<!not )\bNVLink\b(?! ?(?:bridge )?(?:absent|: ?no))|\bNV\d+\b")),
     ("mpich", re.compile(r"(?i)\bmpich\b")),
+    ("nccl_pip", re.compile(r"(?i)nvidia-nccl-cu\d+")),
+    ("nccl_system", re.compile(r"(?i)\blibnccl2\b|/usr/lib\S*/libnccl\.so|from .?apt.?")),
     ("openmpi", re.compile(r"(?i)open ?mpi")),
 ]
 _ENV_ASSIGN = re.compile(r"(?:^|\s|-e\s+|--env\s+[\"']?|export\s+)([A-Z][A-Z0-9_]{2,})=([^\s\"']*)")

@@ -23,6 +23,7 @@ from hangdoctor.parsers.detect import Segment, split_segments
 from hangdoctor.parsers.env import parse_env
 from hangdoctor.parsers.errors import InputError
 from hangdoctor.parsers.faulthandler import parse_faulthandler
+from hangdoctor.parsers.gdb import parse_gdb
 from hangdoctor.parsers.nvidia_smi import parse_nvidia_smi_q, parse_nvidia_smi_table
 from hangdoctor.parsers.ps import parse_ps
 from hangdoctor.parsers.pyspy_json import parse_pyspy_json
@@ -53,7 +54,7 @@ MAX_SYNTHETIC = 64  # processes of unknown pid (faulthandler, tracebacks) kept f
 # family -> (segment kinds that feed it, the command that would produce it)
 FAMILIES = {
     "stacks": (
-        ("pyspy-text", "pyspy-json", "faulthandler", "traceback"),
+        ("pyspy-text", "pyspy-json", "faulthandler", "traceback", "gdb"),
         "py-spy dump --pid PID (on each worker; add --native when a GPU wait is suspected)",
     ),
     "log": (
@@ -241,6 +242,8 @@ def _dumps_of(seg: Segment) -> list[PastedDump]:
         return parse_faulthandler(seg.lines)
     if seg.kind == "traceback":
         return dumps_from_tracebacks(parse_tracebacks(seg.lines))
+    if seg.kind == "gdb":
+        return parse_gdb(seg.lines)
     return []
 
 
@@ -258,6 +261,8 @@ class _Builder:
         self.pasted: list[dict] = []
         self.pasted_text: list[dict] = []  # every input's lines, for the knowledge rules
         self.smi_problem: Optional[tuple[str, str]] = None  # (status, the line that says so)
+        self.topology: list[str] = []  # nvidia-smi topo -m rows
+        self.commands: list[str] = []  # launch commands, continuations joined
         self.given: dict[str, list[str]] = {f: [] for f in FAMILIES}
         self.synthetic: dict[str, int] = {}
         self.next_synthetic = -1
@@ -327,7 +332,7 @@ class _Builder:
 
     def add_segment(self, seg: Segment, source: str) -> None:
         kind = seg.kind
-        if kind in ("pyspy-text", "pyspy-json", "faulthandler", "traceback"):
+        if kind in ("pyspy-text", "pyspy-json", "faulthandler", "traceback", "gdb"):
             dumps = _dumps_of(seg)
             for n, d in enumerate(dumps):
                 if d.threads:
@@ -366,6 +371,10 @@ class _Builder:
         elif kind == "collect-env":
             self.versions.update(parse_collect_env(seg.lines))
             self.given["versions"].append(source)
+        elif kind == "nvidia-smi-topo":
+            self.topology.extend(x for x in seg.lines if x.strip())
+        elif kind == "command":
+            self.commands.append(" ".join(x.rstrip().rstrip("\\").strip() for x in seg.lines))
 
     def scan_nvidia_smi(self, lines: list[str], source: str) -> None:
         """A pasted nvidia-smi error, or a poster saying it blocked: the GPU side did not answer
@@ -477,6 +486,10 @@ class _Builder:
             }
         if self.versions:
             snap["versions"] = self.versions
+        if self.topology:
+            snap["topology"] = {"matrix": self.topology[:64]}
+        if self.commands:
+            snap["commands"] = self.commands[:32]
         if self.env:
             snap["env"] = self.env
         snap["pasted"] = self.pasted
@@ -485,6 +498,27 @@ class _Builder:
         if self.notes:
             snap["notes"] = self.notes
         return snap
+
+
+# what makes a line a log line: a level, a timestamp, a known prefix or an engine's own phrasing
+_LOG_LIKE = re.compile(
+    r"\b(?:INFO|WARN(?:ING)?|ERROR|DEBUG|CRITICAL|FATAL|TRACE)\b|\b[IWEF]\d{4} |\d\d:\d\d:\d\d|"
+    r"^\s*\((?:\w+ )?pid=\d+\)|^\[(?:rank|TP|DP|PP)\d|NCCL|it/s\]|%\||Traceback|Error\b|Exception\b"
+)
+_MARKUP = re.compile(r"^\s*(?:```\w*|\.\.\.|\[\.\.\..*\.\.\.\]|</?details>.*|<summary>.*|#+ .*|[-*] .*)?\s*$")
+
+
+def _unrecognised(segs: list[Segment]) -> int:
+    """Lines of "log" segments that look like no log at all (a poster's prose, code, a table of
+    unknown shape): counted so the report can say they were read only as text."""
+    n = 0
+    for seg in segs:
+        if seg.kind != "log":
+            continue
+        for line in seg.lines:
+            if line.strip() and not _MARKUP.match(line) and not _LOG_LIKE.search(line):
+                n += 1
+    return n
 
 
 def analyze_inputs(inputs: list[tuple[str, str]]) -> dict:
@@ -513,6 +547,12 @@ def analyze_inputs(inputs: list[tuple[str, str]]) -> dict:
         all_lines = str(text).split("\n")
         b.pasted_text.append({"source": source, "lines": all_lines[-PASTED_TEXT_LINES:]})
         b.scan_nvidia_smi(all_lines, source)
+        plain = _unrecognised(segs)
+        if plain:
+            b.notes.append(
+                f"{source}: {plain} line(s) matched no known kind (prose, code or an unknown format); "
+                "they were kept as text, and the knowledge rules read them"
+            )
         for seg in segs:
             if seg.kind in ("snapshot", "analysis"):
                 b.notes.append(f"{source} is a saved {seg.kind} JSON; it is not raw evidence")

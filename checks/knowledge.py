@@ -50,6 +50,7 @@ def _known(m: engine.Match) -> dict[str, Any]:
     return {"id": e["id"], "title": e["summary"], "project": e["project"], "number": e.get("number"),
             "url": e["url"], "affected": e["affected"], "fixed_in": e.get("fixed_in"),
             "workaround": e["workaround"], "cause": e["cause"], "text": line,
+            "experiment": e.get("experiment"),
             "matched": [" ".join(x.split())[:200] for x in m.lines[:3]]}
 
 

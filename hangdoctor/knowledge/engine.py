@@ -266,4 +266,16 @@ def validate() -> list[str]:
                 for key in ("url", "project", "affected", "workaround"):
                     if key not in e:
                         problems.append(f"{where}: missing {key!r}")
+                if e.get("experiment") and e["experiment"] not in {x["id"] for x in experiments()}:
+                    problems.append(f"{where}: unknown experiment {e['experiment']!r}")
+    for x in experiments():
+        for key in ("id", "toggle", "confirms", "rules_out", "if_fixed", "if_not"):
+            if key not in x:
+                problems.append(f"experiment {x.get('id')}: missing {key!r}")
+        for c in list(x.get("confirms", [])) + list(x.get("rules_out", [])):
+            if c not in CAUSES:
+                problems.append(f"experiment {x.get('id')}: unknown cause {c!r}")
+        for key in ("when", "unless"):
+            if key in x:
+                walk(x[key], f"experiment {x.get('id')}")
     return problems

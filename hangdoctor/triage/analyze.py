@@ -86,17 +86,23 @@ def rank_confidence(causes: list[dict[str, Any]], ev: Evidence) -> None:
         c["confidence"] = level
 
 
-def choose_experiment(causes: list[dict[str, Any]], facts: dict[str, Any]) -> dict[str, Any] | None:
+def choose_experiment(causes: list[dict[str, Any]], facts: dict[str, Any],
+                      known: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
     """The one A/B toggle that best tells the leading hypotheses apart (knowledge/experiments.json):
-    it confirms one of the top two and speaks against the other; else it tests the first."""
+    it confirms one of the top two and speaks against the other; else it tests the first. A known
+    issue behind the first cause names its own test (its fix, tried once)."""
     from hangdoctor.knowledge import engine
 
     if not causes:
         return None
     top = [c["id"] for c in causes[:3]]
     view = engine.View(facts=facts or {})
+    named = [k.get("experiment") for k in known or [] if k.get("cause") == top[0] and k.get("experiment")]
     best, best_score = None, 0
     for e in engine.experiments():
+        if named and e["id"] == named[0]:
+            best, best_score = e, 99
+            break
         if e.get("when") and not engine.holds(e["when"], view, []):
             continue
         if e.get("unless") and engine.holds(e["unless"], view, []):
@@ -503,7 +509,7 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         "collection": collection,
         "weakened": _weakened(ev),
         "known_issues": facts.get("known_issues") or [],
-        "next_experiment": choose_experiment(causes, facts.get("env_facts") or {}),
+        "next_experiment": choose_experiment(causes, facts.get("env_facts") or {}, facts.get("known_issues")),
         "environment": facts.get("environment") or {},
         "next_command": _next_command(ev, verdict),
         "intrusion": intrusion,

@@ -132,3 +132,54 @@ def test_live_evidence_reaches_the_rules() -> None:
             "log": {"tail": ["INFO pynccl.py:113] vLLM is using nccl==2.27.3"], "grew_bytes": 0}}
     a = analyze([snap])
     assert a["causes"][0]["id"] == "cuda-interposer-deadlock"
+
+
+def _live(stack_frames=None, log=None, http_ok=None, grew=0):
+    snap = {"schema_version": 1, "origin": "live", "window_s": 2.0, "host": {"name": "localhost"},
+            "manifest": [], "targets": {"root_pids": [100]},
+            "processes": [{"pid": 100, "name": "python3", "alive": True, "cmdline": ["python3", "-m", "vllm"]}]}
+    if stack_frames:
+        frames = [{"name": n, "filename": f, "short_filename": f, "line": 1, "native": False}
+                  for n, f in stack_frames]
+        th = [{"thread_id": 1, "os_thread_id": 100, "name": "MainThread", "active": False, "frames": frames}]
+        snap["stacks"] = {"100": {"status": "ok", "samples": [{"t": 0.0, "threads": th}, {"t": 2.0, "threads": th}]}}
+    if log is not None:
+        snap["log"] = {"tail": log, "grew_bytes": grew, "age_s": 0.5 if grew else 300.0}
+    if http_ok is not None:
+        snap["http"] = [{"port": 8000, "ok": http_ok, "code": 200 if http_ok else None}]
+    return Evidence([snap])
+
+
+def _live_rules(ev) -> set[str]:
+    return {m.id for m in engine.evaluate(engine.rules(), engine.view_of_evidence(ev))}
+
+
+IDLE_ENGINE = [("wait", "threading.py"), ("get", "queue.py"), ("_process_input_queue", "vllm/v1/engine/core.py"),
+               ("run_busy_loop", "vllm/v1/engine/core.py")]
+
+
+def test_idle_engine_behind_a_healthy_port_is_not_a_frontend_hang() -> None:
+    assert "vllm.engine-idle-waiting-input" in _live_rules(_live(IDLE_ENGINE, http_ok=False))
+    assert "vllm.engine-idle-waiting-input" not in _live_rules(_live(IDLE_ENGINE, http_ok=True))
+
+
+def test_graph_capture_that_still_writes_its_log_is_not_stuck_there() -> None:
+    log = ["INFO [model_runner.py:1200] Capturing cudagraphs for decoding."]
+    assert "graph.capture-last" in _live_rules(_live(log=log, grew=0))
+    assert "graph.capture-last" not in _live_rules(_live(log=log, grew=4096))
+
+
+def test_a_line_counted_twice_is_one_line() -> None:
+    """Live: the log tail is both 'text' and 'log'; a rule needing two lock attempts needs two lines."""
+    one = ["DEBUG: Attempting to acquire lock 1 on /tmp/k/table.lock"]
+    assert "python.file-lock-wait" not in _live_rules(_live(log=one))
+    two = one + ["DEBUG: Attempting to acquire lock 2 on /tmp/k/table.lock"]
+    assert "python.file-lock-wait" in _live_rules(_live(log=two))
+
+
+def test_a_weak_finding_is_still_ranked() -> None:
+    """One weak signal (a launcher waiting for a shard, a few times) still gives a ranking."""
+    text = "2025-01-01T00:00:00Z  INFO shard-manager: Waiting for shard to be ready... rank=0\n"
+    a = analyze([analyze_inputs([("launcher.log", text)])])
+    assert a["causes"] and a["causes"][0]["confidence"] == "low"
+    assert a["verdict"] == "inconclusive"  # ranked, yet one weak line does not make it 'hung'

@@ -30,6 +30,7 @@ KINDS = ("text", "tail", "last", "log", "kernel", "frame", "top", "env", "cmd")
 TAIL_LINES = 5  # "the last thing it printed": the last lines of each input / log
 _NOT_CONTENT = re.compile(r"^\s*(?:```\w*|\.\.\.|…|\[\.\.\..*\.\.\.\]|<details>.*|</details>)?\s*$")
 MAX_LINES = 30000  # per kind: bounds the time on a huge paste
+MAX_LINE_CHARS = 4000  # a 50 MB line is read by its start, like every other line
 SYMPTOM_CAP = 0.2  # a downstream symptom points the search; it never decides it
 
 
@@ -43,7 +44,7 @@ class View:
     def add(self, kind: str, line: str) -> None:
         bucket = self.lines[kind]
         if len(bucket) < MAX_LINES:
-            bucket.append(line)
+            bucket.append(line[:MAX_LINE_CHARS])
 
 
 def _tail(lines: list[str]) -> list[str]:
@@ -110,6 +111,11 @@ def view_of_evidence(ev: Any) -> View:
     if not v.lines["text"]:
         v.lines["text"] = v.lines["log"] + v.lines["kernel"]
     v.facts = derive(extract(v.lines["text"] + v.lines["env"] + v.lines["cmd"]))
+    # what only a live collection knows: a health endpoint that answered, a log still growing
+    if any(isinstance(h, dict) and h.get("ok") for h in ev.http):
+        v.facts["health_ok"] = True
+    if ev.has_timing and (ev.log_meta.get("grew_bytes") or 0) > 0:
+        v.facts["log_growing"] = True
     return v
 
 
@@ -155,12 +161,13 @@ def _fact_ok(cond: dict[str, Any], facts: dict[str, Any]) -> bool:
 
 def _line_hits(cond: dict[str, Any], view: View) -> list[str]:
     rx = _rx(cond["line"])
-    kinds = cond.get("in") or ["text", "log", "kernel", "frame", "env", "cmd"]
+    # "text" already holds the log and kernel lines (pasted: the raw inputs; live: the tails)
+    kinds = cond.get("in") or ["text", "frame", "env", "cmd"]
     hits: list[str] = []
     need = int(cond.get("min", 1))
     for kind in kinds:
         for line in view.lines.get(kind, ()):
-            if rx.search(line):
+            if rx.search(line) and line not in hits:  # a line seen twice counts once
                 hits.append(line)
                 if len(hits) >= need:
                     return hits

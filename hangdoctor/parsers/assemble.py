@@ -49,6 +49,7 @@ LOG_TAIL_LINES = 5000
 KERNEL_LINES = 5000
 MAX_SAMPLES_PER_PID = 20
 PASTED_TEXT_LINES = 20000  # raw lines kept per input for the knowledge rules
+PASTED_LINE_CHARS = 4000  # of each: a rule's evidence sits at the start of a line
 MAX_SYNTHETIC = 64  # processes of unknown pid (faulthandler, tracebacks) kept from one run
 
 # family -> (segment kinds that feed it, the command that would produce it)
@@ -545,8 +546,10 @@ def analyze_inputs(inputs: list[tuple[str, str]]) -> dict:
             b.notes.append(f"{source}: empty, nothing to analyse")
         b.pasted.append(entry)
         all_lines = str(text).split("\n")
-        b.pasted_text.append({"source": source, "lines": all_lines[-PASTED_TEXT_LINES:]})
-        b.scan_nvidia_smi(all_lines, source)
+        # bounded like the log tail: the last lines, each cut to a readable length
+        kept = [x[:PASTED_LINE_CHARS] for x in all_lines[-PASTED_TEXT_LINES:]]
+        b.pasted_text.append({"source": source, "lines": kept})
+        b.scan_nvidia_smi(kept, source)
         plain = _unrecognised(segs)
         if plain:
             b.notes.append(

@@ -359,8 +359,13 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
     facts = merge_facts(outcomes)
 
     causes = []
+    # one sample may leave every cause weak: when nothing reaches MIN_SCORE, the causes that
+    # something spoke for are still ranked (low), never an empty list after a check fired
+    keep = {cid for cid, a in scored.items() if a["for"] and a["score"] >= MIN_SCORE}
+    if not keep:
+        keep = {cid for cid, a in scored.items() if a["for"] and a["score"] > 0}
     for cid, a in scored.items():
-        if a["score"] < MIN_SCORE or not a["for"]:
+        if cid not in keep:
             continue
         odd = []
         seen = set()
@@ -387,7 +392,7 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
 
     ruled_out = []
     for cid, a in scored.items():
-        if (a["score"] < MIN_SCORE or not a["for"]) and a["against"]:
+        if cid not in keep and a["against"]:
             ruled_out.append({"id": cid, "title": title(cid), "by": [i["text"] for i in a["against"][:3]]})
     # causes no check could speak to
     spoken = set(scored)

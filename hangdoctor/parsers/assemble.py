@@ -386,7 +386,8 @@ class _Builder:
             if _SMI_TIMEOUT.search(line):
                 self.smi_problem = ("timeout", f"{source}: {line.strip()}")
                 return
-            if self.smi_problem is None and _SMI_FAILED.search(line):
+            if self.smi_problem is None and _SMI_FAILED.search(line) and "version mismatch" not in line:
+                # (a driver/library version mismatch is not a GPU that failed: a rule weighs it)
                 self.smi_problem = ("failed", f"{source}: {line.strip()}")
 
     def _merge_gpus(self, parsed: dict) -> None:

@@ -101,7 +101,7 @@ def choose_experiment(causes: list[dict[str, Any]], facts: dict[str, Any],
     best, best_score = None, 0
     for e in engine.experiments():
         if named and e["id"] == named[0]:
-            best, best_score = e, 99
+            best, best_score = e, 999
             break
         if e.get("when") and not engine.holds(e["when"], view, []):
             continue
@@ -117,6 +117,8 @@ def choose_experiment(causes: list[dict[str, Any]], facts: dict[str, Any],
             score = 3
         elif any(t in conf for t in top[1:]):
             score = 1
+        # between equals, the toggle aimed at fewer causes says more
+        score = score * 10 - len(conf) if score else 0
         if score > best_score:
             best, best_score = e, score
     if best is None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from hangdoctor.evidence.model import Evidence
 from hangdoctor.parsers.assemble import analyze_inputs
-from hangdoctor.parsers.detect import detect_kinds
+from hangdoctor.parsers.detect import detect_kinds, split_segments
 from hangdoctor.triage.analyze import analyze
 
 MIXED = """\
@@ -145,3 +145,30 @@ def test_kernel_log_styles() -> None:
                  "Jan  2 10:00:00 gpu-node-3 kernel: NVRM: Xid (PCI:0000:3b:00): 79",
                  "gpu-node-3 kern: Out of memory: Killed process 812 (python3)"):
         assert detect_kinds(line + "\n") == ["kernel"], line
+
+
+PREFIXED = """\
+(EngineCore_DP0 pid=812) INFO 05-01 10:00:00 [core.py:100] started
+[rank3]: Traceback (most recent call last):
+[rank3]:   File "/app/train.py", line 40, in <module>
+[rank3]:     main()
+[rank3]:   File "/app/train.py", line 33, in main
+[rank3]:     dist.all_reduce(t)
+[rank3]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error
+(Worker_TP1 pid=4411) Thread 4411 (idle): "MainThread"
+(Worker_TP1 pid=4411)     wait (threading.py:320)
+(Worker_TP1 pid=4411)     worker_busy_loop (vllm/v1/executor/multiproc_executor.py:500)
+(EngineCore_DP0 pid=812) INFO 05-01 10:00:09 [core.py:200] still waiting
+"""
+
+
+def test_dumps_written_through_per_process_prefixes() -> None:
+    assert [x.kind for x in split_segments(PREFIXED)] == ["log", "traceback", "pyspy-text", "log"]
+    snap = analyze_inputs([("server.log", PREFIXED)])
+    worker = snap["stacks"]["4411"]["samples"][0]["threads"][0]
+    assert [f["name"] for f in worker["frames"]] == ["wait", "worker_busy_loop"]
+    procs = {p["pid"]: p for p in snap["processes"]}
+    assert procs[4411].get("rank") == 1
+    # a crash traceback is log evidence (only an interrupt's traceback is a stack), kept as written
+    assert not [p for p in snap["processes"] if p.get("rank") == 3]
+    assert any(x.startswith("[rank3]: torch.distributed.DistBackendError") for x in snap["log"]["tail"])

@@ -336,13 +336,19 @@ class _Builder:
         if kind in ("pyspy-text", "pyspy-json", "faulthandler", "traceback", "gdb"):
             dumps = _dumps_of(seg)
             for n, d in enumerate(dumps):
+                # a dump written through a log prefix: the prefix names its writer
+                if d.pid is None and seg.prefix_pid is not None:
+                    d.pid = seg.prefix_pid
+                if d.rank is None and seg.prefix_rank is not None:
+                    d.rank = seg.prefix_rank
                 if d.threads:
                     self.add_dump(d, source, f"{seg.start}#{n}")
             if dumps:
                 self.given["stacks"].append(source)
-            if kind in ("traceback", "faulthandler"):
-                # crash reports are log evidence too (CUDA OOM, Bus error, the exception type)
-                self.log_lines.extend(seg.lines)
+            if kind in ("traceback", "faulthandler") or seg.raw is not None:
+                # crash reports are log evidence too (CUDA OOM, Bus error, the exception type);
+                # a prefixed dump stays in the log as written
+                self.log_lines.extend(seg.raw if seg.raw is not None else seg.lines)
         elif kind == "log":
             self.log_lines.extend(seg.lines)
             self.given["log"].append(source)

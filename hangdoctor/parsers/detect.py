@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from hangdoctor.evidence.logs import MAX_LINE_CHARS
+from hangdoctor.evidence.logs import MAX_LINE_CHARS, split_prefix
 from hangdoctor.parsers import faulthandler as fh
 from hangdoctor.parsers import gdb
 from hangdoctor.parsers import pyspy_text as pt
@@ -51,6 +51,11 @@ class Segment:
     start: int
     lines: list = field(default_factory=list)
     flavour: Optional[str] = None  # for logs: vllm | sglang | tgi | torch | nccl
+    # a dump written through a per-process log prefix ("[rank3]: Traceback ...",
+    # "(EngineCore pid=12) ERROR ... Thread 5 (idle)"): the lines as written, and who wrote them
+    raw: Optional[list] = None
+    prefix_pid: Optional[int] = None
+    prefix_rank: Optional[int] = None
 
     @property
     def text(self) -> str:
@@ -380,6 +385,12 @@ def split_segments(text: str) -> list[Segment]:
                 i = j
                 continue
         kind = _block_start(lines, i)
+        if kind is None and line[:1] in "([":
+            seg = _prefixed_dump(lines, i)
+            if seg is not None:
+                segs.append(seg)
+                i = seg.start + len(seg.lines)
+                continue
         if kind:
             if (
                 kind == "pyspy-text"
@@ -403,6 +414,31 @@ def split_segments(text: str) -> list[Segment]:
             s.flavour = _flavour(s.lines) or last_flavour
             last_flavour = s.flavour
     return segs
+
+
+_DUMP_KINDS = ("pyspy-text", "faulthandler", "traceback", "gdb")
+
+
+def _prefixed_dump(lines: list, i: int) -> Optional[Segment]:
+    """A stack dump whose every line carries one writer's log prefix: the dump without the
+    prefixes (``lines``), the lines as written (``raw``) and the writer's pid / rank."""
+    first = split_prefix(lines[i])
+    if first.rest == lines[i] or (first.pid is None and first.rank is None):
+        return None
+    plain: list = []
+    j = i
+    while j < len(lines) and j - i < 20000:
+        p = split_prefix(lines[j])
+        if p.rest == lines[j] or (p.pid, p.rank) != (first.pid, first.rank):
+            break  # another writer, or no prefix: the dump (if any) ended
+        plain.append(p.rest)
+        j += 1
+    kind = _block_start(plain, 0)
+    if kind not in _DUMP_KINDS:
+        return None
+    end = _block_end(kind, plain, 0)
+    return Segment(kind, i, plain[:end], raw=lines[i : i + end], prefix_pid=first.pid,
+                   prefix_rank=first.rank)
 
 
 def _add_line(segs: list, kind: Optional[str], i: int, line: str) -> None:

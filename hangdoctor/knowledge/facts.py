@@ -52,8 +52,10 @@ _FLAGS: list[tuple[str, re.Pattern[str]]] = [
     ("cross_node", re.compile(r"(?i)\bRoCE\b|across (?:the )?(?:two |\d+ )?nodes|cross-node|multi-node|"
                               r"\bEFA\b|InfiniBand|--nnodes[= ]+[2-9]")),
     ("interposer", re.compile(r"(?i)\bHAMi\b|libvgpu|vgpu\.so|LD_PRELOAD=\S*(?:vgpu|hook|intercept)")),
-    ("consumer_gpu", re.compile(r"(?i)GeForce|\bRTX ?(?:20|30|40|50)\d0\b|\b(?:GTX )?1080 ?Ti\b|"
-                                r"\b(?:2080|3090|4090|5090)\b|TITAN")),
+    # a bare "4090" is as often a port or a pid: the model number counts with its brand or a count
+    ("consumer_gpu", re.compile(r"(?i)GeForce|\b(?:RTX|GTX) ?(?:[1-5]0[5-9]0|1660|1080)(?: ?Ti)?\b|"
+                                r"\b\d+ ?x ?(?:RTX ?)?(?:1080|2080|3090|4090|5090)\b|"
+                                r"\b(?:1080|2080|3090|4090|5090) ?Ti\b|\bTITAN [VXRP]")),
     ("workstation_gpu", re.compile(r"(?i)RTX (?:PRO )?\d{4}(?: Blackwell)?(?: Ada)?|RTX A\d{4}|"
                                    r"\bA6000\b|Ada Generation|RTX 6000 Ada")),
     ("pcie_gpu", re.compile(r"(?i)\bPCIe\b")),

@@ -5,6 +5,11 @@ from __future__ import annotations
 from hangdoctor.checkapi import check, cleared, fired, support
 from hangdoctor.evidence.model import Evidence
 
+# kinds that only say someone is stuck (downstream symptoms): they point the search, capped, and
+# are marked so that triage never lets them decide a ranking on their own
+_SYMPTOMS = frozenset({"shm-broadcast-wait", "waiting-for-shard", "sglang-watchdog"})
+_SYMPTOM_CAP = 0.2
+
 # kind -> (cause, weight, what)
 _RULES = {
     "cuda-oom": ("gpu-oom", 0.75, "CUDA out of memory"),
@@ -51,7 +56,11 @@ def log_errors(ev: Evidence):
             w, text = 0.15, f"a process was killed (SIGKILL; the OOM killer is one possibility): {e.text.strip()[:120]}"
         if kind == "nccl-warn" and lv.last("nccl-init") is not None and "COMPLETE" in lv.last("nccl-init").text.upper():
             w = 0.15
-        signals.append(support(cause, w, text, odd=[{"pid": e.pid, "rank": e.rank, "why": what}] if kind == "shard-exit" else []))
+        refs = []
+        if kind in _SYMPTOMS:
+            w, refs = min(w, _SYMPTOM_CAP), ["symptom"]
+        signals.append(support(cause, w, text, refs=refs,
+                               odd=[{"pid": e.pid, "rank": e.rank, "why": what}] if kind == "shard-exit" else []))
     if signals:
         signals.sort(key=lambda s: -s.weight)
         return fired(signals[0].text, *signals)

@@ -3,6 +3,9 @@ CUDA graphs, serving then silence."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from hangdoctor.checkapi import against, check, cleared, fired, support
 from hangdoctor.evidence.model import Evidence
 
@@ -10,6 +13,21 @@ from hangdoctor.evidence.model import Evidence
 _STEP_LOOP = frozenset({"run_batch", "event_loop_normal", "event_loop_overlap", "execute_model",
                         "step", "engine_step", "run_engine_core", "forward_batch_generation",
                         "_process_engine_step", "generate_token", "Decode", "Prefill"})
+
+# graph preparation lines the event parser does not name (memory profiling, address registration)
+_GRAPH_PREP = re.compile(r"(?i)\bcuda ?graphs?\b|\bcudagraphs?\b")
+
+
+def _graph_after(lv: Any, last: Any) -> str:
+    """A CUDA-graph line after the event ``last`` (the log went on into graph preparation)."""
+    start = getattr(last, "line_no", None)
+    if not isinstance(start, int):
+        return ""
+    for line in lv.lines[start:]:  # line_no is 1-based: this is the next line
+        if _GRAPH_PREP.search(line) and "compilation_config" not in line:
+            return line.strip()
+    return ""
+
 
 _PHASE_KINDS = ("load-progress", "load-done", "compile", "graph-capture", "server-ready", "request",
                 "nccl-init", "rendezvous")
@@ -53,6 +71,14 @@ def log_phase(ev: Evidence):
             signals.append(against("io-stall", 0.3, f"loading progresses ({pct} %)"))
         else:
             signals.append(support("io-stall", 0.2, f"the log ends in loading at {pct} %"))
+    elif last.kind == "compile" and _graph_after(lv, last):
+        line = _graph_after(lv, last)
+        signals.append(support("cuda-graph-capture", 0.45,
+                               f"after the last compile line the log is in CUDA graph preparation{silence}: {line[:120]}"))
+        signals.append(against("compile-in-progress", 0.3, "compilation finished; CUDA graph preparation came after it"))
+    elif last.kind == "compile" and last.data.get("seconds") is not None and not grew:
+        # "torch.compile took 3.28 s in total" reports a compile that is over
+        signals.append(support("compile-in-progress", 0.15, f"the last compile line reports a finished compile: {last.text.strip()[:120]}"))
     elif last.kind == "compile":
         if grew:
             signals.append(support("compile-in-progress", 0.55, f"the log keeps growing with compile lines: {last.text.strip()[:120]}"))

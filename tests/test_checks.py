@@ -242,6 +242,33 @@ def activity_compile_children():
                 stacks={101: stack(COMPILE)})
 
 
+def interposer_at_nccl_init():
+    # a CUDA interposer injected into the worker; the log stops at NCCL communicator init
+    return snap(processes=[LAUNCHER, proc(101, 0, env={"LD_PRELOAD": "/usr/local/vgpu/libvgpu.so"})],
+                log=["(Worker pid=101) INFO 08-12 20:26:09 [pynccl.py:113] vLLM is using nccl==2.28.9"])
+
+
+def idle_ranks_livelock():
+    # three ranks walk a cache on their idle path while the fourth waits in the broadcast
+    busy = frames(("sanity_check", "mem_cache/radix_cache.py", 812), ("on_idle", "managers/scheduler.py", 1402),
+                  ("event_loop", "managers/scheduler.py", 990))
+    return snap(processes=[LAUNCHER] + [proc(101 + i, i) for i in range(4)],
+                stacks={101: stack(coll("broadcast")), 102: stack(busy, active=True),
+                        103: stack(busy, active=True), 104: stack(busy, active=True)})
+
+
+def ray_worker_died():
+    return log_snap(["WARNING worker.py:2074 -- A worker died or was killed while executing a task by an "
+                     "unexpected system error. To troubleshoot the problem, check the logs for the dead worker."])
+
+
+GRAPH_AFTER_COMPILE = [
+    "(Worker_TP0 pid=11) INFO 06-27 19:49:52 [monitor.py:53] torch.compile took 3.28 s in total",
+    "(Worker_TP0 pid=11) INFO 06-27 19:49:53 [gpu_model_runner.py:6483] Profiling CUDA graph memory: PIECEWISE=83",
+    "(Worker_TP0 pid=11) INFO 06-27 19:49:54 [custom_all_reduce.py:213] Registering 0 cuda graph addresses",
+]
+
+
 # check id -> (firing fixtures with the cause they must speak for (None: a plain finding),
 #              ruled-out fixtures)
 CASES: dict[str, tuple[list[tuple[Callable[[], dict], str | None]], list[Callable[[], dict]]]] = {
@@ -275,7 +302,8 @@ CASES: dict[str, tuple[list[tuple[Callable[[], dict], str | None]], list[Callabl
     "log.phase": ([(lambda: log_snap(LOAD_DONE), "post-load-deadlock"), (lambda: log_snap(LOAD_STUCK), "io-stall"),
                    (lambda: log_snap(COMPILE_LOG, grew=300), "compile-in-progress"),
                    (lambda: log_snap(CAPTURE_LOG), "cuda-graph-capture"),
-                   (lambda: log_snap(REQUESTS_LOG), "request-deadlock")],
+                   (lambda: log_snap(REQUESTS_LOG), "request-deadlock"),
+                   (lambda: log_snap(GRAPH_AFTER_COMPILE), "cuda-graph-capture")],
                   [lambda: log_snap(PLAIN_LOG)]),
     "log.errors": ([(lambda: log_snap(OOM_LOG), "gpu-oom"), (lambda: log_snap(SHM_LOG), "shm-exhausted")],
                    [lambda: log_snap(LOAD_DONE)]),
@@ -288,6 +316,13 @@ CASES: dict[str, tuple[list[tuple[Callable[[], dict], str | None]], list[Callabl
                     [lambda: snap(processes=[LAUNCHER], host_memory=hm(), shm={"total_bytes": 12 * GIB, "free_bytes": 12 * GIB})]),
     "versions.compat": ([(versions_bad, "driver-or-runtime-mismatch")], [versions_ok]),
     "collection.permissions": ([(ptrace_denied, None)], [postload_recorded]),
+    "knowledge.rules": ([(interposer_at_nccl_init, "cuda-interposer-deadlock"), (idle_ranks_livelock, "cpu-livelock"),
+                         (ray_worker_died, "rank-died")],
+                        [lambda: log_snap(PLAIN_LOG), postload_recorded]),
+    "env.audit": ([(lambda: snap(processes=[LAUNCHER], versions={"torch": "2.5.1"},
+                                 log=["node:1:1 [0] NCCL INFO NCCL version 2.18.3+cuda12.2"]), None),
+                   (interposer_at_nccl_init, None)],
+                  [lambda: log_snap(PLAIN_LOG), postload_recorded]),
 }
 
 

@@ -11,6 +11,7 @@ Everything is redacted (``hangdoctor.redact``) before it is returned.
 from __future__ import annotations
 
 import os
+import re
 import stat
 import sys
 import time
@@ -22,6 +23,7 @@ from hangdoctor.parsers.detect import Segment, split_segments
 from hangdoctor.parsers.env import parse_env
 from hangdoctor.parsers.errors import InputError
 from hangdoctor.parsers.faulthandler import parse_faulthandler
+from hangdoctor.parsers.gdb import parse_gdb
 from hangdoctor.parsers.nvidia_smi import parse_nvidia_smi_q, parse_nvidia_smi_table
 from hangdoctor.parsers.ps import parse_ps
 from hangdoctor.parsers.pyspy_json import parse_pyspy_json
@@ -30,6 +32,15 @@ from hangdoctor.parsers.stacks import PastedDump, rank_from_text, role_from_text
 from hangdoctor.parsers.traceback import dumps_from_tracebacks, parse_tracebacks
 from hangdoctor.redact import redact_obj
 
+# nvidia-smi that did not answer or could not reach a GPU, as people paste it or describe it
+_SMI_TIMEOUT = re.compile(
+    r"(?i)nvidia-smi\b.{0,40}\b(?:blocked|blocks|hangs?|hung|stuck|freezes|does not return|"
+    r"never returns|not responding|timed out)"
+)
+_SMI_FAILED = re.compile(
+    r"Unable to determine the device handle|No devices were found|Failed to initialize NVML|"
+    r"GPU is lost|Unable to communicate with the NVIDIA driver|NVIDIA-SMI has failed"
+)
 MAX_INPUT_BYTES = 64 * 1024 * 1024
 STREAM_MAX_BYTES = 1024 * 1024 * 1024  # stdin read beyond this is given up on (endless producer)
 FIRST_DATA_TIMEOUT_S = 3.0  # a FIFO that no one writes to
@@ -37,12 +48,14 @@ STREAM_TIMEOUT_S = 60.0  # a FIFO / device that trickles
 LOG_TAIL_LINES = 5000
 KERNEL_LINES = 5000
 MAX_SAMPLES_PER_PID = 20
+PASTED_TEXT_LINES = 20000  # raw lines kept per input for the knowledge rules
+PASTED_LINE_CHARS = 4000  # of each: a rule's evidence sits at the start of a line
 MAX_SYNTHETIC = 64  # processes of unknown pid (faulthandler, tracebacks) kept from one run
 
 # family -> (segment kinds that feed it, the command that would produce it)
 FAMILIES = {
     "stacks": (
-        ("pyspy-text", "pyspy-json", "faulthandler", "traceback"),
+        ("pyspy-text", "pyspy-json", "faulthandler", "traceback", "gdb"),
         "py-spy dump --pid PID (on each worker; add --native when a GPU wait is suspected)",
     ),
     "log": (
@@ -230,6 +243,8 @@ def _dumps_of(seg: Segment) -> list[PastedDump]:
         return parse_faulthandler(seg.lines)
     if seg.kind == "traceback":
         return dumps_from_tracebacks(parse_tracebacks(seg.lines))
+    if seg.kind == "gdb":
+        return parse_gdb(seg.lines)
     return []
 
 
@@ -245,6 +260,10 @@ class _Builder:
         self.versions: dict = {}
         self.notes: list[str] = []
         self.pasted: list[dict] = []
+        self.pasted_text: list[dict] = []  # every input's lines, for the knowledge rules
+        self.smi_problem: Optional[tuple[str, str]] = None  # (status, the line that says so)
+        self.topology: list[str] = []  # nvidia-smi topo -m rows
+        self.commands: list[str] = []  # launch commands, continuations joined
         self.given: dict[str, list[str]] = {f: [] for f in FAMILIES}
         self.synthetic: dict[str, int] = {}
         self.next_synthetic = -1
@@ -314,16 +333,22 @@ class _Builder:
 
     def add_segment(self, seg: Segment, source: str) -> None:
         kind = seg.kind
-        if kind in ("pyspy-text", "pyspy-json", "faulthandler", "traceback"):
+        if kind in ("pyspy-text", "pyspy-json", "faulthandler", "traceback", "gdb"):
             dumps = _dumps_of(seg)
             for n, d in enumerate(dumps):
+                # a dump written through a log prefix: the prefix names its writer
+                if d.pid is None and seg.prefix_pid is not None:
+                    d.pid = seg.prefix_pid
+                if d.rank is None and seg.prefix_rank is not None:
+                    d.rank = seg.prefix_rank
                 if d.threads:
                     self.add_dump(d, source, f"{seg.start}#{n}")
             if dumps:
                 self.given["stacks"].append(source)
-            if kind in ("traceback", "faulthandler"):
-                # crash reports are log evidence too (CUDA OOM, Bus error, the exception type)
-                self.log_lines.extend(seg.lines)
+            if kind in ("traceback", "faulthandler") or seg.raw is not None:
+                # crash reports are log evidence too (CUDA OOM, Bus error, the exception type);
+                # a prefixed dump stays in the log as written
+                self.log_lines.extend(seg.raw if seg.raw is not None else seg.lines)
         elif kind == "log":
             self.log_lines.extend(seg.lines)
             self.given["log"].append(source)
@@ -353,6 +378,23 @@ class _Builder:
         elif kind == "collect-env":
             self.versions.update(parse_collect_env(seg.lines))
             self.given["versions"].append(source)
+        elif kind == "nvidia-smi-topo":
+            self.topology.extend(x for x in seg.lines if x.strip())
+        elif kind == "command":
+            self.commands.append(" ".join(x.rstrip().rstrip("\\").strip() for x in seg.lines))
+
+    def scan_nvidia_smi(self, lines: list[str], source: str) -> None:
+        """A pasted nvidia-smi error, or a poster saying it blocked: the GPU side did not answer
+        (gpu.health reads it like a live nvidia-smi that timed out or failed)."""
+        for line in lines:
+            if len(line) > 2000:
+                continue
+            if _SMI_TIMEOUT.search(line):
+                self.smi_problem = ("timeout", f"{source}: {line.strip()}")
+                return
+            if self.smi_problem is None and _SMI_FAILED.search(line) and "version mismatch" not in line:
+                # (a driver/library version mismatch is not a GPU that failed: a rule weighs it)
+                self.smi_problem = ("failed", f"{source}: {line.strip()}")
 
     def _merge_gpus(self, parsed: dict) -> None:
         if self.gpus is None:
@@ -429,6 +471,11 @@ class _Builder:
                         "detail": "not in the paste; to get it: " + how,
                     }
                 )
+        if self.smi_problem:
+            status, line = self.smi_problem
+            snap["manifest"].append(
+                {"source": "nvidia-smi", "status": status, "detail": "pasted: " + line[:200]}
+            )
         if self.processes:
             snap["processes"] = sorted(
                 self.processes.values(), key=lambda p: (p["pid"] < 0, abs(p["pid"]))
@@ -447,12 +494,39 @@ class _Builder:
             }
         if self.versions:
             snap["versions"] = self.versions
+        if self.topology:
+            snap["topology"] = {"matrix": self.topology[:64]}
+        if self.commands:
+            snap["commands"] = self.commands[:32]
         if self.env:
             snap["env"] = self.env
         snap["pasted"] = self.pasted
+        if self.pasted_text:
+            snap["pasted_text"] = self.pasted_text
         if self.notes:
             snap["notes"] = self.notes
         return snap
+
+
+# what makes a line a log line: a level, a timestamp, a known prefix or an engine's own phrasing
+_LOG_LIKE = re.compile(
+    r"\b(?:INFO|WARN(?:ING)?|ERROR|DEBUG|CRITICAL|FATAL|TRACE)\b|\b[IWEF]\d{4} |\d\d:\d\d:\d\d|"
+    r"^\s*\((?:\w+ )?pid=\d+\)|^\[(?:rank|TP|DP|PP)\d|NCCL|it/s\]|%\||Traceback|Error\b|Exception\b"
+)
+_MARKUP = re.compile(r"^\s*(?:```\w*|\.\.\.|\[\.\.\..*\.\.\.\]|</?details>.*|<summary>.*|#+ .*|[-*] .*)?\s*$")
+
+
+def _unrecognised(segs: list[Segment]) -> int:
+    """Lines of "log" segments that look like no log at all (a poster's prose, code, a table of
+    unknown shape): counted so the report can say they were read only as text."""
+    n = 0
+    for seg in segs:
+        if seg.kind != "log":
+            continue
+        for line in seg.lines:
+            if line.strip() and not _MARKUP.match(line) and not _LOG_LIKE.search(line):
+                n += 1
+    return n
 
 
 def analyze_inputs(inputs: list[tuple[str, str]]) -> dict:
@@ -478,6 +552,17 @@ def analyze_inputs(inputs: list[tuple[str, str]]) -> dict:
         if not segs:
             b.notes.append(f"{source}: empty, nothing to analyse")
         b.pasted.append(entry)
+        all_lines = str(text).split("\n")
+        # bounded like the log tail: the last lines, each cut to a readable length
+        kept = [x[:PASTED_LINE_CHARS] for x in all_lines[-PASTED_TEXT_LINES:]]
+        b.pasted_text.append({"source": source, "lines": kept})
+        b.scan_nvidia_smi(kept, source)
+        plain = _unrecognised(segs)
+        if plain:
+            b.notes.append(
+                f"{source}: {plain} line(s) matched no known kind (prose, code or an unknown format); "
+                "they were kept as text, and the knowledge rules read them"
+            )
         for seg in segs:
             if seg.kind in ("snapshot", "analysis"):
                 b.notes.append(f"{source} is a saved {seg.kind} JSON; it is not raw evidence")

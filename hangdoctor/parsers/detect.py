@@ -2,7 +2,8 @@
 file is called. One paste may hold several kinds (a server log with a py-spy dump in the middle).
 
 Kinds: ``pyspy-text``, ``pyspy-json``, ``faulthandler``, ``traceback``, ``log``, ``kernel``,
-``nvidia-smi``, ``nvidia-smi-q``, ``ps``, ``env``, ``collect-env``; a whole document that is a
+``nvidia-smi``, ``nvidia-smi-q``, ``ps``, ``env``, ``collect-env``, ``gdb`` (backtraces),
+``nvidia-smi-topo`` (``nvidia-smi topo -m``), ``command`` (a launch command); a whole document that is a
 saved snapshot or analysis JSON is ``snapshot`` / ``analysis`` (the CLI routes those).
 """
 
@@ -13,8 +14,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from hangdoctor.evidence.logs import MAX_LINE_CHARS
+from hangdoctor.evidence.logs import MAX_LINE_CHARS, split_prefix
 from hangdoctor.parsers import faulthandler as fh
+from hangdoctor.parsers import gdb
 from hangdoctor.parsers import pyspy_text as pt
 from hangdoctor.parsers import traceback as tb
 from hangdoctor.parsers.env import ENV_LINE
@@ -33,6 +35,9 @@ KINDS = (
     "ps",
     "env",
     "collect-env",
+    "gdb",
+    "nvidia-smi-topo",
+    "command",
     "snapshot",
     "analysis",
 )
@@ -46,6 +51,11 @@ class Segment:
     start: int
     lines: list = field(default_factory=list)
     flavour: Optional[str] = None  # for logs: vllm | sglang | tgi | torch | nccl
+    # a dump written through a per-process log prefix ("[rank3]: Traceback ...",
+    # "(EngineCore pid=12) ERROR ... Thread 5 (idle)"): the lines as written, and who wrote them
+    raw: Optional[list] = None
+    prefix_pid: Optional[int] = None
+    prefix_rank: Optional[int] = None
 
     @property
     def text(self) -> str:
@@ -74,8 +84,25 @@ def sniff_json_document(text: str) -> Optional[str]:
 _KERNEL = re.compile(
     r"^(?:<\d+>)?\[\s*\d+\.\d+\]|^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) \w{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\]|"
     r"^\w{3} [ \d]\d \d\d:\d\d:\d\d \S+ kernel: |^\d{4}-\d\d-\d\dT\S+ \S+ kernel: |^kernel: |"
-    r"^(?:\[[^\]]*\]\s*)?NVRM: "
+    r"^(?:\[[^\]]*\]\s*)?NVRM: |"
+    # dmesg -H: "[  +0.000316] ..." and "[Jan 2 10:00] ..."; syslog "host kern: ..." / "kern.warn"
+    r"^\[\s*\+\d+\.\d+\]|^\[[A-Z][a-z]{2}\s*\d{1,2} \d\d:\d\d(?::\d\d)?\]|"
+    r"^(?:\w{3} [ \d]\d \d\d:\d\d:\d\d )?\S+ kern(?:el)?(?:\.\w+)?: "
 )
+# "$ ", "# ", "(venv) user@host:~$ " before a command
+PROMPT = re.compile(r"^\s*(?:\([^)]{1,40}\)\s*)?(?:[\w.-]+@[\w.-]+:[^$#\s]*\s*)?[$#>]\s?")
+_COMMAND = re.compile(
+    r"^\s*(?:sudo\s+)?(?:(?:[A-Z_][A-Z0-9_]*=\S*\s+)*)(?:vllm serve|python3?(?:\.\d+)? -m (?:vllm|sglang)\S*|"
+    r"sglang serve|docker run|nvidia-docker run|podman run|torchrun|deepspeed|text-generation-launcher|"
+    r"trtllm-serve|tritonserver|lmdeploy serve|ollama (?:serve|run)|llama-server|mpirun|srun)\b"
+)
+_TOPO_HEAD = re.compile(r"^\s+GPU0(?:\s+(?:GPU\d+|NIC\d+|mlx\S+))*\s+(?:CPU Affinity|NUMA|GPU1)")
+_TOPO_ROW = re.compile(r"^\s*(?:GPU\d+|NIC\d+|mlx\S+)\s+(?:X|NV\d+|PIX|PXB|PHB|NODE|SYS|SOC)\b")
+# a `ps aux` row without its header (people grep ps): USER PID %CPU %MEM VSZ RSS TTY STAT START TIME CMD
+_PS_AUX_ROW = re.compile(
+    r"^\S+\s+\d+\s+\d+(?:\.\d+)?\s+\d+(?:\.\d+)?\s+\d+\s+\d+\s+\S+\s+[RSDZTIWXP][<NLsl+]*\s+\S+\s+\d+:\d+\s+\S"
+)
+PS_AUX_HEADER = "USER         PID %CPU %MEM    VSZ   RSS TTY      STAT START   TIME COMMAND"
 _NVSMI_Q_START = re.compile(r"^=+NVSMI LOG=+\s*$|^Attached GPUs\s+:\s*\d")
 _NVSMI_Q_KV = re.compile(r"^\S[^:]*?\s+:\s?.*$")
 _GPU_HEAD = re.compile(r"^GPU [0-9A-Fa-f]{4,8}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2}\.[0-9A-Fa-f]\s*$")
@@ -123,6 +150,19 @@ def _block_start(lines: list, i: int) -> Optional[str]:
     if not line:
         return None
     c = line[0]
+    if (c == "#" or c in " \t") and gdb.FRAME.match(line) and i + 1 < len(lines) and (
+        gdb.FRAME.match(lines[i + 1]) or "excerpt truncated" in lines[i + 1] or gdb.is_wrapped(line)
+    ):
+        return "gdb"
+    if c == "T" and gdb.THREAD.match(line):
+        return "gdb"
+    if c in " \t" and _TOPO_HEAD.match(line):
+        return "nvidia-smi-topo"
+    if _PS_AUX_ROW.match(line):
+        return "ps-rows"
+    bare = line.lstrip("` ")
+    if _COMMAND.match(PROMPT.sub("", bare, count=1) if bare[:1] in "$#>(" or "@" in bare[:60] else bare):
+        return "command"
     if c in "PTR" or "py-spy" in line or "Pyspy dump" in line or "Python v" in line:
         if pt.looks_like_pyspy_line(line):
             return "pyspy-text"
@@ -156,6 +196,32 @@ def _block_end(kind: str, lines: list, i: int) -> int:
     """Index one past the last line of the block of ``kind`` that starts at ``i``."""
     n = len(lines)
     j = i + 1
+    if kind == "gdb":
+        while j < n:
+            line = lines[j]
+            nxt = lines[j + 1] if j + 1 < n else ""
+            if gdb.FRAME.match(line) or gdb.THREAD.match(line) or "excerpt truncated" in line:
+                j += 1
+            elif not line.strip() and (gdb.FRAME.match(nxt) or gdb.THREAD.match(nxt)):
+                j += 1
+            elif line.strip() and gdb.is_wrapped(lines[j - 1]):
+                j += 1  # a frame the terminal wrapped mid-word
+            else:
+                break
+        return j
+    if kind == "nvidia-smi-topo":
+        while j < n and (_TOPO_ROW.match(lines[j]) or (lines[j].strip() == "" and j + 1 < n and _TOPO_ROW.match(lines[j + 1]))):
+            j += 1
+        return j
+    if kind == "ps-rows":
+        while j < n and _PS_AUX_ROW.match(lines[j]):
+            j += 1
+        return j
+    if kind == "command":
+        # shell continuations: a line ending in "\" goes on
+        while j < n and lines[j - 1].rstrip().endswith("\\"):
+            j += 1
+        return j
     if kind == "pyspy-text":
         while j < n:
             line = lines[j]
@@ -164,7 +230,10 @@ def _block_end(kind: str, lines: list, i: int) -> int:
                 if nxt is None or not (nxt[:1] in " \t" or pt.looks_like_pyspy_line(nxt)):
                     return j
             elif not (
-                line[:1] in " \t" or pt.looks_like_pyspy_line(line) or line.startswith("Error:")
+                line[:1] in " \t"
+                or pt.looks_like_pyspy_line(line)
+                or line.startswith("Error:")
+                or pt.BARE_FRAME.match(line)
             ):
                 return j
             j += 1
@@ -251,7 +320,7 @@ def _block_end(kind: str, lines: list, i: int) -> int:
                 return j
             if line.strip():
                 blanks = 0
-                if _block_start(lines, j) not in (None, "collect-env"):
+                if _block_start(lines, j) not in (None, "collect-env", "nvidia-smi-topo", "command"):
                     return j
             else:
                 blanks += 1
@@ -316,6 +385,12 @@ def split_segments(text: str) -> list[Segment]:
                 i = j
                 continue
         kind = _block_start(lines, i)
+        if kind is None and line[:1] in "([":
+            seg = _prefixed_dump(lines, i)
+            if seg is not None:
+                segs.append(seg)
+                i = seg.start + len(seg.lines)
+                continue
         if kind:
             if (
                 kind == "pyspy-text"
@@ -324,7 +399,10 @@ def split_segments(text: str) -> list[Segment]:
             ):
                 _add_line(segs, "log", i, line)  # the watchdog line is a log line too
             j = _block_end(kind, lines, i)
-            segs.append(Segment(kind, i, lines[i:j]))
+            if kind == "ps-rows":  # a grep of ps: give the rows ps aux's header
+                segs.append(Segment("ps", i, [PS_AUX_HEADER] + lines[i:j]))
+            else:
+                segs.append(Segment(kind, i, lines[i:j]))
             i = j
             continue
         _add_line(segs, _line_kind(line), i, line)
@@ -336,6 +414,31 @@ def split_segments(text: str) -> list[Segment]:
             s.flavour = _flavour(s.lines) or last_flavour
             last_flavour = s.flavour
     return segs
+
+
+_DUMP_KINDS = ("pyspy-text", "faulthandler", "traceback", "gdb")
+
+
+def _prefixed_dump(lines: list, i: int) -> Optional[Segment]:
+    """A stack dump whose every line carries one writer's log prefix: the dump without the
+    prefixes (``lines``), the lines as written (``raw``) and the writer's pid / rank."""
+    first = split_prefix(lines[i])
+    if first.rest == lines[i] or (first.pid is None and first.rank is None):
+        return None
+    plain: list = []
+    j = i
+    while j < len(lines) and j - i < 20000:
+        p = split_prefix(lines[j])
+        if p.rest == lines[j] or (p.pid, p.rank) != (first.pid, first.rank):
+            break  # another writer, or no prefix: the dump (if any) ended
+        plain.append(p.rest)
+        j += 1
+    kind = _block_start(plain, 0)
+    if kind not in _DUMP_KINDS:
+        return None
+    end = _block_end(kind, plain, 0)
+    return Segment(kind, i, plain[:end], raw=lines[i : i + end], prefix_pid=first.pid,
+                   prefix_rank=first.rank)
 
 
 def _add_line(segs: list, kind: Optional[str], i: int, line: str) -> None:
@@ -355,7 +458,7 @@ def _tidy(segs: list) -> list:
     for s in segs:
         # a prompt line alone ("$ py-spy dump --pid 1 --json" before a JSON dump) is no dump
         if s.kind == "pyspy-text" and not any(
-            pt.THREAD.match(x) or pt.PROCESS.match(x) for x in s.lines
+            pt.THREAD.match(x) or pt.PROCESS.match(x) or pt.LABELLED_THREAD.match(x) for x in s.lines
         ):
             s.kind = "log"
         if s.kind == "env" and has_other and sum(1 for x in s.lines if x.strip()) < 2:

@@ -88,6 +88,11 @@ def parse_nvidia_smi_table(lines: Iterable[str]) -> dict:
             continue
         m = _GPU_ROW2.match(line)
         if m and pending is not None:
+            if "ERR!" in line:
+                # nvidia-smi could not read the GPU's own counters: a GPU in trouble (often
+                # fallen off the bus), evidence for a fault and never a healthy reading
+                pending["lost"] = True
+                pending["lost_reason"] = "nvidia-smi printed ERR! for its readings"
             sample: dict = {"t": 0.0}
             util = _num(m.group("util"))
             if util is not None:

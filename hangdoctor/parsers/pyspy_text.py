@@ -36,6 +36,12 @@ THREAD = re.compile(
     r"^Thread (?P<id>0[xX][0-9a-fA-F]+|\d+) \((?P<status>[\w+]+)\)(?:: \"(?P<name>.*)\")?\s*$"
 )
 FRAME = re.compile(r"^(?P<indent>[ \t]+)(?P<name>\S.*?) \((?P<where>[^()]*)\)\s*$")
+# what posters make of dumps: a thread header with their own label instead of py-spy's status
+# ('Thread "SchedulerMain"    (3 of 4 ranks)'), and frames whose indentation the paste lost
+LABELLED_THREAD = re.compile(r'^Thread (?:(?P<id>0[xX][0-9a-fA-F]+|\d+) )?"(?P<name>[^"]+)"\s*(?P<label>.*)$')
+BARE_FRAME = re.compile(
+    r"^(?P<indent>)(?P<name>[\w.<>\[\]-]+) \((?P<where>[^()\s]*\.(?:py|pyx|so[.\d]*|dylib)(?::\d+)?)\)\s*$"
+)
 LOCALS_HEAD = re.compile(r"^[ \t]+(?P<which>Arguments|Locals):\s*$")
 LOCAL_VAR = re.compile(r"^[ \t]+(?P<name>[^:\s][^:]*?): (?P<repr>.*)$")
 _WHERE = re.compile(r"^(?P<file>.*?):(?P<line>\d+)$")
@@ -146,6 +152,17 @@ def _feed(st: _State, line: str) -> None:
         st.locals_kind = None
         st.frame_indent = None
         return
+    m = LABELLED_THREAD.match(line)
+    if m:
+        # each labelled fragment stands for its own process (the poster shows one rank's stack)
+        st.close()
+        d = st.dump()
+        label = m.group("label").strip()
+        if label:
+            d.notes.append(f"the poster's label for this stack: {label[:120]}")
+        st.thread = make_thread([], name=m.group("name"), active=False)
+        d.threads.append(st.thread)
+        return
     if st.thread is None:
         return
     m = LOCALS_HEAD.match(line)
@@ -167,7 +184,7 @@ def _feed(st: _State, line: str) -> None:
                 }
             )
         return
-    m = FRAME.match(line)
+    m = FRAME.match(line) or (BARE_FRAME.match(line) if indent == 0 else None)
     if m and (st.frame_indent is None or indent <= st.frame_indent + 1):
         if st.frame_indent is None:
             st.frame_indent = indent
@@ -189,6 +206,7 @@ def looks_like_pyspy_line(line: str) -> bool:
     return bool(
         PROCESS.match(line)
         or THREAD.match(line)
+        or LABELLED_THREAD.match(line)
         or SGLANG_HEAD.search(line)
         or ("py-spy" in line and PROMPT_ANY.match(line))
         or (PYTHON.match(line) and "(" in line)

@@ -361,6 +361,15 @@ def _collection(v: dict[str, Any]) -> list[str]:
                 + "\n".join(f"- {md_text(w, start=True)}" for w in v["weakened"])
                 + "\n"
             )
+        for k in v["known_issues"]:
+            parts.append(f"**Known issue:** {md_text(k['text'])} ({md_text(k['url'])})\n")
+        exp = v["next_experiment"]
+        if exp:
+            parts.append(
+                f"**Next experiment** (tells {md_text(exp['between'] or 'the top causes')} apart):\n\n"
+                + fence(exp["toggle"], "sh")
+                + f"- if it fixes it: {md_text(exp['if_fixed'])}\n- if not: {md_text(exp['if_not'])}\n"
+            )
         if v["next_command"]:
             parts.append("**Next command:**\n\n" + fence(v["next_command"], "sh"))
         if v["intrusion"]:

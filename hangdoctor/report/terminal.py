@@ -72,6 +72,11 @@ def render_terminal(
             for r in odd[:6]
         )
         lines.append("  odd one out: " + _clean(names, width - 15))
+    for k in v["known_issues"][:2]:
+        lines.append("  known: " + _clean(k["text"], width - 9))
+    exp = v["next_experiment"]
+    if exp:
+        lines.append("  try: " + _clean(f"{exp['toggle']} — fixed: {exp['if_fixed']}; not: {exp['if_not']}", width - 7))
     if v["next_command"]:
         lines.append("  next: " + _clean(v["next_command"], width - 8))
     for path in written:

@@ -140,6 +140,15 @@ def _series_max(values: list[float], floor: float) -> float:
     return max([floor, *values]) if values else floor
 
 
+def _experiment(e: Any) -> dict[str, str] | None:
+    """The A/B toggle triage proposes (MODEL.md: next_experiment), as display strings."""
+    if not isinstance(e, dict) or not e.get("toggle"):
+        return None
+    return {"toggle": text(e.get("toggle"), 500), "if_fixed": text(e.get("if_fixed"), 500),
+            "if_not": text(e.get("if_not"), 500),
+            "between": ", ".join(text(x, 40) for x in _list(e.get("between")))}
+
+
 def build_view(analysis: dict[str, Any]) -> dict[str, Any]:
     """Return the normalised view of an analysis document that the renderings read."""
     a = _dict(analysis)
@@ -407,6 +416,9 @@ def build_view(analysis: dict[str, Any]) -> dict[str, Any]:
         "collection": collection,
         "weakened": [text(w) for w in _list(a.get("weakened"))],
         "next_command": text(a.get("next_command")),
+        "known_issues": [{"text": text(k.get("text")), "url": text(k.get("url"), 500)}
+                         for k in _list(a.get("known_issues")) if isinstance(k, dict)],
+        "next_experiment": _experiment(a.get("next_experiment")),
         "intrusion": text(a.get("intrusion")),
         "hosts": hosts,
     }

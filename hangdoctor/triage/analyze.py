@@ -21,6 +21,7 @@ from hangdoctor.evidence.model import MIB, Evidence
 from hangdoctor.triage.causes import CAUSES, title
 
 MIN_SCORE = 0.05
+SYMPTOM_CAP = 0.2  # the most that downstream symptoms alone can score for a cause
 
 
 def score_causes(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
@@ -54,6 +55,77 @@ def score_causes(outcomes: list[Outcome]) -> dict[str, dict[str, Any]]:
 
 def _confidence(score: float) -> str:
     return "high" if score >= 0.7 else "medium" if score >= 0.4 else "low"
+
+
+def _symptom_only(items: list[dict[str, Any]]) -> bool:
+    """Every signal for the cause is a downstream symptom (a line that only says someone is
+    stuck: a shm broadcast warning, an RPC or round timeout, EngineDeadError)."""
+    return bool(items) and all("symptom" in (i.get("refs") or []) for i in items)
+
+
+def rank_confidence(causes: list[dict[str, Any]], ev: Evidence) -> None:
+    """How much the evidence shows, per ranked cause (``causes`` is sorted, best first).
+
+    high: a strong score that clearly leads the next cause; medium: a mechanism that speaks for
+    it; low: weak, close to the runner-up, or only downstream symptoms. One sample (pasted
+    evidence, ``--window 0``) cannot show movement, so without a window "high" also needs two
+    independent checks, or one known issue, behind it.
+    """
+    for i, c in enumerate(causes):
+        nxt = causes[i + 1]["score"] if i + 1 < len(causes) else 0.0
+        level = _confidence(c["score"])
+        if level == "high" and c["score"] - nxt < 0.2:
+            level = "medium"
+        if level == "high" and not ev.has_timing:
+            checks = {e["check"] for e in c["evidence"]}
+            known = any(any(str(r).startswith("known-issue:") for r in e.get("refs") or []) for e in c["evidence"])
+            if len(checks) < 2 and not known:
+                level = "medium"
+        if c.get("symptom_only"):
+            level = "low"
+        c["confidence"] = level
+
+
+def choose_experiment(causes: list[dict[str, Any]], facts: dict[str, Any],
+                      known: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+    """The one A/B toggle that best tells the leading hypotheses apart (knowledge/experiments.json):
+    it confirms one of the top two and speaks against the other; else it tests the first. A known
+    issue behind the first cause names its own test (its fix, tried once)."""
+    from hangdoctor.knowledge import engine
+
+    if not causes:
+        return None
+    top = [c["id"] for c in causes[:3]]
+    view = engine.View(facts=facts or {})
+    named = [k.get("experiment") for k in known or [] if k.get("cause") == top[0] and k.get("experiment")]
+    best, best_score = None, 0
+    for e in engine.experiments():
+        if named and e["id"] == named[0]:
+            best, best_score = e, 999
+            break
+        if e.get("when") and not engine.holds(e["when"], view, []):
+            continue
+        if e.get("unless") and engine.holds(e["unless"], view, []):
+            continue  # already tried (e.g. NCCL_P2P_DISABLE=1 is set)
+        conf, out = set(e["confirms"]), set(e["rules_out"])
+        score = 0
+        if top[0] in conf:
+            score = 2
+            if len(top) > 1 and top[1] in out:
+                score = 4
+        elif len(top) > 1 and top[1] in conf and top[0] in out:
+            score = 3
+        elif any(t in conf for t in top[1:]):
+            score = 1
+        # between equals, the toggle aimed at fewer causes says more
+        score = score * 10 - len(conf) if score else 0
+        if score > best_score:
+            best, best_score = e, score
+    if best is None:
+        return None
+    between = [t for t in top[:2] if t in best["confirms"] or t in best["rules_out"]]
+    return {"id": best["id"], "toggle": best["toggle"], "between": between,
+            "if_fixed": best["if_fixed"], "if_not": best["if_not"]}
 
 
 def _fill(step: str, ev: Evidence, odd: list[dict[str, Any]]) -> str:
@@ -289,8 +361,13 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
     facts = merge_facts(outcomes)
 
     causes = []
+    # one sample may leave every cause weak: when nothing reaches MIN_SCORE, the causes that
+    # something spoke for are still ranked (low), never an empty list after a check fired
+    keep = {cid for cid, a in scored.items() if a["for"] and a["score"] >= MIN_SCORE}
+    if not keep:
+        keep = {cid for cid, a in scored.items() if a["for"] and a["score"] > 0}
     for cid, a in scored.items():
-        if a["score"] < MIN_SCORE or not a["for"]:
+        if cid not in keep:
             continue
         odd = []
         seen = set()
@@ -300,18 +377,24 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
                 seen.add(key)
                 odd.append(o)
         c = CAUSES.get(cid)
+        symptom_only = _symptom_only(a["for"])
+        # several downstream symptoms together are still only symptoms
+        score = min(a["score"], SYMPTOM_CAP) if symptom_only else a["score"]
         causes.append({
-            "id": cid, "title": title(cid), "score": a["score"], "confidence": _confidence(a["score"]),
+            "id": cid, "title": title(cid), "score": score, "confidence": _confidence(score),
+            "symptom_only": symptom_only,
             "summary": a["for"][0]["text"],
             "evidence": a["for"], "against": a["against"],
             "next_steps": [_fill(s, ev, odd) for s in (c.next_steps if c else ())],
             "odd_ones_out": odd,
         })
-    causes.sort(key=lambda c: (-c["score"], c["id"]))
+    # a cause that only downstream symptoms speak for ranks below every mechanism
+    causes.sort(key=lambda c: (c["symptom_only"], -c["score"], c["id"]))
+    rank_confidence(causes, ev)
 
     ruled_out = []
     for cid, a in scored.items():
-        if (a["score"] < MIN_SCORE or not a["for"]) and a["against"]:
+        if cid not in keep and a["against"]:
             ruled_out.append({"id": cid, "title": title(cid), "by": [i["text"] for i in a["against"][:3]]})
     # causes no check could speak to
     spoken = set(scored)
@@ -432,6 +515,9 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         "log": log_out,
         "collection": collection,
         "weakened": _weakened(ev),
+        "known_issues": facts.get("known_issues") or [],
+        "next_experiment": choose_experiment(causes, facts.get("env_facts") or {}, facts.get("known_issues")),
+        "environment": facts.get("environment") or {},
         "next_command": _next_command(ev, verdict),
         "intrusion": intrusion,
         "problems": problems,

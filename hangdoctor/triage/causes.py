@@ -77,6 +77,15 @@ CAUSES: dict[str, Cause] = {
         Cause("driver-or-runtime-mismatch", "Driver / runtime / NCCL versions known to hang together",
               ("nvidia-smi; python -c 'import torch; print(torch.version.cuda, torch.cuda.nccl.version())'",
                "use a driver that supports the CUDA runtime, or the NCCL version named in the evidence")),
+        # added from the field corpus (README "Field accuracy"): mechanisms no id above covers
+        Cause("cpu-livelock", "Ranks busy in Python on the CPU while their peers wait in a collective",
+              ("py-spy dump --pid {pid}   # twice, a few seconds apart: is the busy rank in the same loop?",
+               "py-spy top --pid {pid}   # which Python function burns the CPU",
+               "look for per-iteration work on an idle path (sanity checks, cache walks, regexes)")),
+        Cause("cuda-interposer-deadlock", "A CUDA API interposer (LD_PRELOAD) deadlocks a CUDA/NCCL call",
+              ("cat /proc/{pid}/environ | tr '\\0' '\\n' | grep LD_PRELOAD   # which library intercepts CUDA?",
+               "py-spy dump --native --pid {pid}   # frames of the interposer under cuMem*/ncclCommInitRank?",
+               "rerun with the interposer disabled (unset LD_PRELOAD; HAMi: CUDA_DISABLE_CONTROL=true)")),
     ]
 }
 

@@ -1,0 +1,288 @@
+"""The matcher: evaluates the rules and known issues (JSON data beside this module) against the
+typed lines and facts of one piece of evidence.
+
+A matcher (``when``) is ``{"all": [...], "any": [...], "not": [...]}``; each condition is
+
+- ``{"line": REGEX, "in": [KINDS], "min": N}``: a line of one of the kinds matches (at least N
+  lines); kinds: ``text`` (any pasted or log line), ``log``, ``kernel``, ``frame`` (a stack frame,
+  ``name (file)``), ``top`` (the innermost frame of a thread), ``env`` (``KEY=VALUE``), ``cmd``
+  (a command line), ``tail`` (the last lines of each input or log: where it stopped), ``last``
+  (the last line of each);
+- ``{"fact": NAME}`` (present and true), with ``"eq"``, ``"re"``, ``"lt"``/``"le"``/``"ge"``/
+  ``"gt"`` (versions compare part by part; a list fact matches when any element does);
+- ``{"all"|"any"|"not": [...]}``: nesting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any, Iterable
+
+from hangdoctor.knowledge.audit import derive
+from hangdoctor.knowledge.facts import extract, version_tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+KINDS = ("text", "tail", "last", "log", "kernel", "frame", "top", "env", "cmd")
+TAIL_LINES = 5  # "the last thing it printed": the last lines of each input / log
+_NOT_CONTENT = re.compile(r"^\s*(?:```\w*|\.\.\.|…|\[\.\.\..*\.\.\.\]|<details>.*|</details>)?\s*$")
+MAX_LINES = 30000  # per kind: bounds the time on a huge paste
+MAX_LINE_CHARS = 4000  # a 50 MB line is read by its start, like every other line
+SYMPTOM_CAP = 0.2  # a downstream symptom points the search; it never decides it
+
+
+@dataclass
+class View:
+    """The lines of the evidence by kind, and the facts read from them."""
+
+    lines: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in KINDS})
+    facts: dict[str, Any] = field(default_factory=dict)
+
+    def add(self, kind: str, line: str) -> None:
+        bucket = self.lines[kind]
+        if len(bucket) < MAX_LINES:
+            bucket.append(line[:MAX_LINE_CHARS])
+
+
+def _tail(lines: list[str]) -> list[str]:
+    out: list[str] = []
+    for line in reversed(lines):
+        if _NOT_CONTENT.match(line):
+            continue  # fences, blank lines, "..." and excerpt markers are not where it stopped
+        out.append(line)
+        if len(out) >= TAIL_LINES:
+            break
+    return out[::-1]
+
+
+def view_of_lines(text_lines: Iterable[str]) -> View:
+    v = View()
+    for line in text_lines:
+        v.add("text", line)
+    v.lines["tail"] = _tail(v.lines["text"])
+    v.lines["last"] = v.lines["tail"][-1:]
+    v.facts = derive(extract(v.lines["text"]))
+    return v
+
+
+def view_of_evidence(ev: Any) -> View:
+    """Every line the evidence carries, live or pasted: log tail, kernel log, stacks, process
+    command lines and environments, versions, and (pasted) the raw text of each input."""
+    v = View()
+    for s in ev.snapshots:
+        for item in s.get("pasted_text") or []:
+            if not isinstance(item, dict) or not isinstance(item.get("lines"), list):
+                continue
+            lines = [x for x in item["lines"] if isinstance(x, str)]
+            for line in lines:
+                v.add("text", line)
+            v.lines["tail"].extend(_tail(lines))
+            v.lines["last"].extend(_tail(lines)[-1:])
+        log_tail = [x for x in (s.get("log") or {}).get("tail") or [] if isinstance(x, str)]
+        if not s.get("pasted_text"):
+            v.lines["tail"].extend(_tail(log_tail))
+            v.lines["last"].extend(_tail(log_tail)[-1:])
+        for line in log_tail:
+            v.add("log", line)
+        for line in (s.get("kernel_log") or {}).get("lines") or []:
+            v.add("kernel", line)
+        for k, val in (s.get("versions") or {}).items():
+            v.add("env", f"{k}: {val}")
+        for k, val in (s.get("env") or {}).items():
+            v.add("env", f"{k}={val}")
+    for ps in ev.stacks.values():
+        if not ps.ok:
+            continue
+        for t in ps.threads:
+            if t.frames:
+                f0 = t.frames[0]
+                v.add("top", f"{f0.name} ({f0.file})")
+            for f in t.frames:
+                v.add("frame", f"{f.name} ({f.file})")
+    for p in ev.processes:
+        if p.cmdline_text:
+            v.add("cmd", p.cmdline_text)
+        for k, val in p.env.items():
+            v.add("env", f"{k}={val}")
+    # the live path has no raw text: its log and kernel lines are its text
+    if not v.lines["text"]:
+        v.lines["text"] = v.lines["log"] + v.lines["kernel"]
+    v.facts = derive(extract(v.lines["text"] + v.lines["env"] + v.lines["cmd"]))
+    # what only a live collection knows: a health endpoint that answered, a log still growing
+    if any(isinstance(h, dict) and h.get("ok") for h in ev.http):
+        v.facts["health_ok"] = True
+    if ev.has_timing and (ev.log_meta.get("grew_bytes") or 0) > 0:
+        v.facts["log_growing"] = True
+    return v
+
+
+@lru_cache(maxsize=4096)
+def _rx(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def _cmp(have: Any, op: str, want: Any) -> bool:
+    if isinstance(want, str) and re.match(r"^\d+(\.\d+)*$", want):
+        a, b = version_tuple(have), version_tuple(want)
+        if not a:
+            return False
+        b = b[: max(len(a), 1)] if op in ("eq",) else b
+    else:
+        try:
+            a, b = float(have), float(want)
+        except (TypeError, ValueError):
+            return False
+    return {"lt": a < b, "le": a <= b, "gt": a > b, "ge": a >= b, "eq": a == b}[op]
+
+
+def _fact_ok(cond: dict[str, Any], facts: dict[str, Any]) -> bool:
+    have = facts.get(cond["fact"])
+    if have is None or have is False or have == []:
+        return False
+    values = have if isinstance(have, list) else [have]
+    for val in values:
+        ok = True
+        for op in ("lt", "le", "gt", "ge"):
+            if op in cond and not _cmp(val, op, cond[op]):
+                ok = False
+        if "eq" in cond and str(val) != str(cond["eq"]) and not (
+                isinstance(cond["eq"], str) and re.match(r"^\d+(\.\d+)*$", cond["eq"])
+                and version_tuple(val)[: len(version_tuple(cond["eq"]))] == version_tuple(cond["eq"])):
+            ok = False
+        if "re" in cond and not _rx(cond["re"]).search(str(val)):
+            ok = False
+        if ok:
+            return True
+    return False
+
+
+def _line_hits(cond: dict[str, Any], view: View) -> list[str]:
+    rx = _rx(cond["line"])
+    # "text" already holds the log and kernel lines (pasted: the raw inputs; live: the tails)
+    kinds = cond.get("in") or ["text", "frame", "env", "cmd"]
+    hits: list[str] = []
+    need = int(cond.get("min", 1))
+    for kind in kinds:
+        for line in view.lines.get(kind, ()):
+            if rx.search(line) and line not in hits:  # a line seen twice counts once
+                hits.append(line)
+                if len(hits) >= need:
+                    return hits
+    return hits if len(hits) >= need else []
+
+
+def holds(cond: dict[str, Any], view: View, found: list[str]) -> bool:
+    """Whether ``cond`` holds; the lines that made it hold are appended to ``found``."""
+    if "line" in cond:
+        hits = _line_hits(cond, view)
+        if hits:
+            found.append(hits[0])
+        return bool(hits)
+    if "fact" in cond:
+        return _fact_ok(cond, view.facts)
+    ok = True
+    if "all" in cond:
+        ok = all(holds(c, view, found) for c in cond["all"])
+    if ok and "any" in cond:
+        ok = any(holds(c, view, found) for c in cond["any"])
+    if ok and "not" in cond:
+        ok = not any(holds(c, view, []) for c in cond["not"])
+    return ok
+
+
+@dataclass
+class Match:
+    entry: dict[str, Any]
+    lines: list[str]
+
+    @property
+    def id(self) -> str:
+        return self.entry["id"]
+
+
+def evaluate(entries: list[dict[str, Any]], view: View) -> list[Match]:
+    out = []
+    for e in entries:
+        found: list[str] = []
+        if holds(e["when"], view, found):
+            out.append(Match(e, found))
+    return out
+
+
+def _load(name: str) -> list[dict[str, Any]]:
+    with open(os.path.join(HERE, name), encoding="utf-8") as f:
+        data = json.load(f)
+    return data[name.split(".")[0]]
+
+
+@lru_cache(maxsize=1)
+def rules() -> list[dict[str, Any]]:
+    return _load("rules.json")
+
+
+@lru_cache(maxsize=1)
+def known_issues() -> list[dict[str, Any]]:
+    return _load("known_issues.json")
+
+
+@lru_cache(maxsize=1)
+def experiments() -> list[dict[str, Any]]:
+    return _load("experiments.json")
+
+
+def validate() -> list[str]:
+    """Problems in the data files: unknown causes, bad regexes, missing fields."""
+    from hangdoctor.triage.causes import CAUSES
+
+    problems = []
+    seen: set[str] = set()
+
+    def walk(cond: Any, where: str) -> None:
+        if not isinstance(cond, dict):
+            problems.append(f"{where}: a condition must be an object")
+            return
+        if "line" in cond:
+            try:
+                re.compile(cond["line"])
+            except re.error as e:
+                problems.append(f"{where}: bad regex {cond['line']!r}: {e}")
+            for k in cond.get("in") or []:
+                if k not in KINDS:
+                    problems.append(f"{where}: unknown line kind {k!r}")
+        for key in ("all", "any", "not"):
+            for c in cond.get(key) or []:
+                walk(c, where)
+
+    for kind, entries in (("rule", rules()), ("known issue", known_issues())):
+        for e in entries:
+            where = f"{kind} {e.get('id')}"
+            for key in ("id", "cause", "weight", "when", "summary"):
+                if key not in e:
+                    problems.append(f"{where}: missing {key!r}")
+            if e.get("id") in seen:
+                problems.append(f"{where}: duplicate id")
+            seen.add(e.get("id", ""))
+            for c in [e.get("cause")] + [x.get("cause") for x in e.get("also", []) + e.get("against", [])]:
+                if c not in CAUSES:
+                    problems.append(f"{where}: unknown cause {c!r}")
+            walk(e.get("when", {}), where)
+            if kind == "known issue":
+                for key in ("url", "project", "affected", "workaround"):
+                    if key not in e:
+                        problems.append(f"{where}: missing {key!r}")
+                if e.get("experiment") and e["experiment"] not in {x["id"] for x in experiments()}:
+                    problems.append(f"{where}: unknown experiment {e['experiment']!r}")
+    for x in experiments():
+        for key in ("id", "toggle", "confirms", "rules_out", "if_fixed", "if_not"):
+            if key not in x:
+                problems.append(f"experiment {x.get('id')}: missing {key!r}")
+        for c in list(x.get("confirms", [])) + list(x.get("rules_out", [])):
+            if c not in CAUSES:
+                problems.append(f"experiment {x.get('id')}: unknown cause {c!r}")
+        for key in ("when", "unless"):
+            if key in x:
+                walk(x[key], f"experiment {x.get('id')}")
+    return problems

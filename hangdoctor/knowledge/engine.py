@@ -102,6 +102,15 @@ def view_of_evidence(ev: Any) -> View:
                 v.add("top", f"{f0.name} ({f0.file})")
             for f in t.frames:
                 v.add("frame", f"{f.name} ({f.file})")
+    # the NCCL each process mapped (live: /proc/PID/maps, the wheel's dist-info), as a paste says it
+    for lib in ev.nccl.libraries:
+        if lib.get("version"):
+            v.add("env", f"NCCL version {lib['version']}")
+        src = str(lib.get("source") or "")
+        if src.startswith("pip wheel "):
+            v.add("env", src[len("pip wheel "):].replace("_", "-").split(".dist-info")[0])
+        if lib.get("path"):
+            v.add("env", str(lib["path"]))
     for p in ev.processes:
         if p.cmdline_text:
             v.add("cmd", p.cmdline_text)

@@ -101,7 +101,51 @@ def _output_options(f: Any) -> Any:
     f = click.option("--checks-dir", "checks_dirs", multiple=True, type=click.Path(file_okay=False),
                      help="also load the checks in this folder")(f)
     f = click.option("-q", "--quiet", is_flag=True, help="no terminal summary")(f)
+    return _terminal_options(f)
+
+
+def _terminal_options(f: Any) -> Any:
+    f = click.option("--wide", is_flag=True,
+                     help="never cut the summary's lines to the terminal's width")(f)
+    f = click.option("--color", "color", type=click.Choice(["auto", "always", "never"]),
+                     default="auto", show_default=True,
+                     help="colour in the summary; auto: on a terminal, unless NO_COLOR is set")(f)
     return f
+
+
+def _stream_is_tty(stream: Any) -> bool:
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def terminal_style(stream: Any, wide: bool = False, color: str = "auto") -> tuple[int | None, bool]:
+    """(width, colour) for a summary written to ``stream``.
+
+    Width: None (cut nothing) when the stream is not a terminal or with ``--wide``; else
+    ``COLUMNS`` when it is set (as shells and tmux export it), else the terminal's own width.
+    Colour: ``--color always|never``; auto means a terminal, no ``NO_COLOR`` (no-color.org:
+    any non-empty value), and not ``TERM=dumb``. The command line beats the environment.
+    """
+    tty = _stream_is_tty(stream)
+    width: int | None = None
+    if tty and not wide:
+        cols = os.environ.get("COLUMNS", "").strip()
+        if cols.isdigit() and int(cols) > 0:
+            width = int(cols)
+        else:
+            try:
+                width = os.get_terminal_size(stream.fileno()).columns or 80
+            except (AttributeError, ValueError, OSError):
+                width = 80
+    if color == "always":
+        use_color = True
+    elif color == "never":
+        use_color = False
+    else:
+        use_color = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    return width, use_color
 
 
 def _load_checks(checks_dirs: tuple[str, ...]) -> list[Any]:
@@ -120,7 +164,7 @@ def _command_line() -> str:
 
 
 def _emit(analysis: dict[str, Any], output: str | None, fmt: str | None, as_json: bool, quiet: bool,
-          extra_paths: list[str] | None = None) -> None:
+          extra_paths: list[str] | None = None, wide: bool = False, color: str = "auto") -> None:
     from hangdoctor.report.render import render_json, render_terminal, write_report
 
     written = None
@@ -136,7 +180,10 @@ def _emit(analysis: dict[str, Any], output: str | None, fmt: str | None, as_json
         sys.stdout.write(render_json(analysis) + "\n")
         sys.stdout.flush()
     if not quiet:
-        text = render_terminal(analysis, color=sys.stderr.isatty())
+        # The summary goes to stdout, or to stderr when stdout carries the JSON.
+        stream = sys.stderr if as_json else sys.stdout
+        width, use_color = terminal_style(stream, wide, color)
+        text = render_terminal(analysis, color=use_color, width=width)
         if written:
             text += f"\nreport: {written}"
         for p in extra_paths or []:
@@ -152,11 +199,14 @@ def _exit_code(analysis: dict[str, Any], host_failures: bool) -> int:
 
 # ------------------------------------------------------------------ diagnose
 
-def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: dict[str, Any],
-             all_started: Any = None) -> list[Any]:
-    import asyncio
+# Target handling lives here, in one place: the hosts and pids asked for (_plan), what can be
+# refused before any collection starts (_preflight), then the collection itself (_collect).
+REPORT_SUFFIXES = (".html", ".htm", ".md", ".markdown", ".json")  # render.FORMATS' keys
 
-    from hangdoctor.collect.config import ProbeConfig
+
+def _plan(hosts: list[str], pids: list[str], hosts_file: str | None,
+          opts: dict[str, Any]) -> tuple[list[Any], dict[str, list[int]]]:
+    """The targets to collect from, and the root pids asked for on each (empty: discover)."""
     from hangdoctor.target import multi
 
     hosts = list(hosts)
@@ -184,7 +234,68 @@ def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: di
         ssh_kwargs["known_hosts"] = opts["known_hosts"]
     if opts.get("ssh_config"):
         ssh_kwargs["config_path"] = opts["ssh_config"]
-    targets = [multi.parse_host_spec(h, **ssh_kwargs) for h in hosts]
+    return [multi.parse_host_spec(h, **ssh_kwargs) for h in hosts], by_host
+
+
+def _is_local(name: str) -> bool:
+    from hangdoctor.target.multi import LOCAL_NAMES
+
+    return name in LOCAL_NAMES
+
+
+def _preflight(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str, Any]) -> None:
+    """Refuse, before the window starts, what can be seen to be wrong on this machine: a pid
+    that does not exist here, a --log file that is not here. (On a remote host the probe finds
+    out; a missing pid is then refused after collection, a missing log is a source that failed.)
+    """
+    for t in targets:
+        if not _is_local(t.name):
+            continue
+        for pid in by_host.get(t.name) or []:
+            if not os.path.exists(f"/proc/{pid}"):
+                raise UsageError(f"no process {pid} on {t.name}",
+                                 "check the PID: ps -eo pid,cmd | grep -iE 'vllm|sglang|python'")
+        log = opts.get("log")
+        if log and not os.path.isfile(log):
+            why = "is not a regular file" if os.path.exists(log) else "does not exist"
+            raise UsageError(f"--log {log} {why} on {t.name}", "give the server's log file")
+
+
+def _refuse_missing_pids(results: list[Any], by_host: dict[str, list[int]]) -> None:
+    """A pid asked for that the probe found no process for: a typo, not a dead server."""
+    for r in results:
+        snap = r.snapshot or {}
+        missing = [p.get("pid") for p in snap.get("processes") or []
+                   if isinstance(p, dict) and p.get("pid") in (by_host.get(r.name) or [])
+                   and p.get("exit_info") == "gone before collection"]
+        if missing:
+            raise UsageError(f"no process {', '.join(map(str, missing))} on {r.name}",
+                             "check the PID: ps -eo pid,cmd | grep -iE 'vllm|sglang|python'")
+
+
+def check_report_path(path: str | None, fmt: str | None, option: str = "-o") -> None:
+    """Refuse, before collecting, a report path that could not be written."""
+    if not path or path == "-":
+        return
+    suffix = os.path.splitext(path)[1].lower()
+    if not fmt and suffix not in REPORT_SUFFIXES:
+        raise UsageError(f"{option} {path}: unknown report format {suffix or '(no suffix)'!r}",
+                         "use a name ending in .html, .md or .json, or add --format")
+    if os.path.isdir(path):
+        raise UsageError(f"{option} {path} is a folder", "give a file name, e.g. report.html")
+    parent = os.path.dirname(path) or "."
+    if not os.path.isdir(parent):
+        raise UsageError(f"{option} {path}: folder {parent} does not exist", "create it, or give another path")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{option} {path}: folder {parent} is not writable", "give a writable path")
+
+
+def _collect(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str, Any],
+             all_started: Any = None) -> list[Any]:
+    import asyncio
+
+    from hangdoctor.collect.config import ProbeConfig
+    from hangdoctor.target import multi
 
     def config_for(t: Any) -> ProbeConfig:
         return ProbeConfig(
@@ -205,6 +316,48 @@ def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: di
     return asyncio.run(multi.collect_all(targets, config_for, opts["deadline"], all_started))
 
 
+class _Progress:
+    """One line on stderr while the window runs, when stderr is a terminal (as pip and
+    docker pull do): a 30 s window is not 30 s of silence. Erased when collection ends."""
+
+    def __init__(self, what: str, window_s: float, enabled: bool) -> None:
+        import threading
+
+        self.what, self.window_s, self.enabled = what, window_s, enabled
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="hd-progress", daemon=True)
+
+    def _run(self) -> None:
+        t0 = time.monotonic()
+        spin = "|/-\\"
+        i = 0
+        while not self.stop.wait(0.0 if i == 0 else 0.25):
+            elapsed = time.monotonic() - t0
+            if elapsed < self.window_s:
+                state = f"watching for {self.window_s:g} s: {elapsed:.0f} s"
+            else:
+                state = f"reading stacks, GPUs, the log: {elapsed:.0f} s"
+            try:
+                sys.stderr.write(f"\r\x1b[K{spin[i % 4]} hangdoctor: {self.what}: {state}")
+                sys.stderr.flush()
+            except (OSError, ValueError):
+                return
+            i += 1
+
+    def __enter__(self) -> _Progress:
+        if self.enabled:
+            self.thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.enabled:
+            self.stop.set()
+            self.thread.join(1.0)
+            with contextlib.suppress(OSError, ValueError):
+                sys.stderr.write("\r\x1b[K")
+                sys.stderr.flush()
+
+
 def _check_window(ctx: click.Context, param: click.Parameter, value: float) -> float:
     if 0 < value < 0.2:
         raise click.BadParameter("give 0 (one sample) or at least 0.2 seconds", ctx=ctx, param=param)
@@ -213,10 +366,11 @@ def _check_window(ctx: click.Context, param: click.Parameter, value: float) -> f
 
 def _diagnose_options(f: Any) -> Any:
     opts = [
-        click.option("--pid", "pids", multiple=True, help="root PID of the server (repeat; HOST:PID with several hosts); default: find the servers"),
+        click.option("--pid", "pids", multiple=True, metavar="PID", help="root PID of the server (repeat; HOST:PID with several hosts); default: find the servers"),
         click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False), help="file of hosts, one a line (optional pid=1,2 after the host)"),
-        click.option("--port", type=int, multiple=True, help="also probe this TCP port over HTTP"),
-        click.option("--log", type=str, default=None, help="the server's log file (on the target host)"),
+        click.option("--port", type=int, multiple=True, metavar="PORT",
+                     help="the server's API port: without --pid, the process listening on it is the one diagnosed; also probed over HTTP"),
+        click.option("--log", type=str, default=None, metavar="FILE", help="the server's log file (on the target host)"),
         click.option("--window", type=click.FloatRange(0, 600), default=2.0, show_default=True, callback=_check_window,
                      help="sampling window in seconds (0.2 or more); 0: one sample, no window: faster, but progress cannot be seen"),
         click.option("--deadline", type=click.FloatRange(5, 3600), default=45.0, show_default=True, help="hard limit for the whole collection, in seconds"),
@@ -274,10 +428,17 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
         except BaseException as exc:  # noqa: BLE001 - re-raised in the main thread
             warm["error"] = exc
 
+    targets, by_host = _plan(list(hosts), list(kw.get("pids") or []), kw.get("hosts_file"), kw)
+    _preflight(targets, by_host, kw)
     warmer = threading.Thread(target=warm_up, name="hd-warm-up", daemon=True)
     warmer.start()
-    results = _collect(list(hosts), list(kw.get("pids") or []), kw.get("hosts_file"), kw, probes_started)
+    progress = _Progress(", ".join(t.name for t in targets[:3]) + (" …" if len(targets) > 3 else ""),
+                         float(kw.get("window") or 0.0),
+                         enabled=not kw.get("quiet") and _stream_is_tty(sys.stderr))
+    with progress:
+        results = _collect(targets, by_host, kw, probes_started)
     warmer.join()
+    _refuse_missing_pids(results, by_host)
     if "error" in warm:
         raise warm["error"]
     checks = warm["checks"]
@@ -323,17 +484,23 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
     """Diagnose the inference server(s) on HOST: localhost, [user@]host[:port] or an ssh alias."""
     if not hosts and not kw.get("hosts_file"):
         raise UsageError("no host given", "hangdoctor diagnose localhost --pid PID")
-    analysis, results, wall_s = _run_diagnosis(hosts, kw)
-    analysis["wall_s"] = round(wall_s, 3)
-    extra = []
+    # Every path is checked before the window starts, not after it.
+    check_report_path(kw.get("output"), kw.get("fmt"))
     snap_path = kw.get("save_snapshot")
     if not snap_path and kw.get("output"):
         out = Path(kw["output"])
         snap_path = str(out.with_name(out.stem + ".snapshot.json"))
+    if snap_path:
+        check_report_path(snap_path, "json", "--save-snapshot" if kw.get("save_snapshot") else
+                          f"-o {kw.get('output')}: the snapshot saved next to it,")
+    analysis, results, wall_s = _run_diagnosis(hosts, kw)
+    analysis["wall_s"] = round(wall_s, 3)
+    extra = []
     if snap_path and any(r.snapshot for r in results):
         _save_snapshots(snap_path, results)
         extra.append(f"snapshot: {snap_path}")
-    _emit(analysis, kw.get("output"), kw.get("fmt"), kw.get("as_json", False), kw.get("quiet", False), extra)
+    _emit(analysis, kw.get("output"), kw.get("fmt"), kw.get("as_json", False), kw.get("quiet", False), extra,
+          wide=kw.get("wide", False), color=kw.get("color") or "auto")
     failures = any(r.error for r in results)
     sys.exit(_exit_code(analysis, failures))
 

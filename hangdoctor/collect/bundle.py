@@ -30,6 +30,7 @@ PROBE_MODULES = [
     "hangdoctor.collect.nvml",
     "hangdoctor.collect.processes",
     "hangdoctor.collect.sources",
+    "hangdoctor.collect.locks",
     "hangdoctor.collect.probe",
 ]
 

@@ -22,7 +22,7 @@ import threading
 import time
 
 from hangdoctor import redact
-from hangdoctor.collect import procfs, pyspy, sources
+from hangdoctor.collect import locks, procfs, pyspy, sources
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.collect.processes import ProcReader, discover
 
@@ -185,6 +185,14 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                 pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(r.record.get("status")),
                 native=cfg.native, with_locals=cfg.locals, sudo=cfg.sudo)
     mem_a, vm_a = procfs.meminfo(proc), procfs.vmstat(proc)
+    # file locks the tree holds or waits on (and who holds them), FIFOs it reads: locks.py
+    t_locks = time.monotonic()
+    try:
+        snap["file_locks"] = locks.collect([r.record for r in readers], proc)
+        man.add("file_locks", snap["file_locks"]["status"], time.monotonic() - t_locks,
+                "%d /proc/locks line(s) involve the tree" % len(snap["file_locks"]["locks"]))
+    except Exception as exc:  # one source must not stop the probe
+        man.add("file_locks", "failed", time.monotonic() - t_locks, str(exc))
     denied_env = [r.pid for r in readers if r.record.get("env_status") == "denied"]
     # the backend is named after the window: psutil's presence needs site-packages
     man.add("processes", "ok" if readers or not roots else "failed", time.monotonic() - t0,

@@ -148,6 +148,29 @@ def terminal_style(stream: Any, wide: bool = False, color: str = "auto") -> tupl
     return width, use_color
 
 
+def invoked_as() -> str:
+    """How to run hangdoctor again from this shell: ``hangdoctor`` when that is on PATH and is
+    this program, else the path it was run by (``.venv/bin/hangdoctor``) or
+    ``PYTHON -m hangdoctor``: a command to copy must work without an activated venv."""
+    import shutil
+
+    argv0 = sys.argv[0] if sys.argv else ""
+    if argv0.endswith(("__main__.py", "-c")) or not argv0:
+        py = sys.executable or "python3"
+        rel = os.path.relpath(py) if not os.path.relpath(py).startswith("../..") else py
+        return f"{rel if len(rel) < len(py) else py} -m hangdoctor"
+    on_path = shutil.which("hangdoctor")
+    try:
+        if on_path and os.path.samefile(on_path, argv0 if os.sep in argv0 else on_path):
+            return "hangdoctor"
+    except OSError:
+        pass
+    if os.sep not in argv0:
+        return "hangdoctor"
+    rel = os.path.relpath(argv0)
+    return rel if len(rel) <= len(argv0) else argv0
+
+
 def _load_checks(checks_dirs: tuple[str, ...]) -> list[Any]:
     from hangdoctor.checkapi.registry import all_checks
 
@@ -183,7 +206,13 @@ def _emit(analysis: dict[str, Any], output: str | None, fmt: str | None, as_json
         # The summary goes to stdout, or to stderr when stdout carries the JSON.
         stream = sys.stderr if as_json else sys.stdout
         width, use_color = terminal_style(stream, wide, color)
-        text = render_terminal(analysis, color=use_color, width=width)
+        shown = analysis
+        nxt = str(analysis.get("next_command") or "")
+        prog = invoked_as()
+        if nxt.startswith("hangdoctor ") and prog != "hangdoctor":
+            # the command to run next, as this shell can run it (no activated venv needed)
+            shown = dict(analysis, next_command=prog + nxt[len("hangdoctor"):])
+        text = render_terminal(shown, color=use_color, width=width).rstrip("\n")
         if written:
             text += f"\nreport: {written}"
         for p in extra_paths or []:
@@ -251,7 +280,7 @@ def _preflight(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str
     for t in targets:
         if not _is_local(t.name):
             continue
-        for pid in by_host.get(t.name) or []:
+        for pid in [] if opts.get("gone_pids_ok") else by_host.get(t.name) or []:
             if not os.path.exists(f"/proc/{pid}"):
                 raise UsageError(f"no process {pid} on {t.name}",
                                  "check the PID: ps -eo pid,cmd | grep -iE 'vllm|sglang|python'")
@@ -438,7 +467,8 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     with progress:
         results = _collect(targets, by_host, kw, probes_started)
     warmer.join()
-    _refuse_missing_pids(results, by_host)
+    if not kw.get("gone_pids_ok"):
+        _refuse_missing_pids(results, by_host)
     if "error" in warm:
         raise warm["error"]
     checks = warm["checks"]
@@ -507,17 +537,98 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
 
 # ------------------------------------------------------------------ analyze / report
 
-def _read_documents(paths: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
-    """Split inputs into saved snapshots and raw text evidence."""
+MAX_BUNDLE_MEMBER_BYTES = 512 << 20
+MAX_DIR_FILES = 500
+_SOURCE_PATHS: dict[str, str] = {}  # the name read_input gave an input -> the path as typed
+
+
+def _bundle_documents(path: str) -> dict[str, str] | None:
+    """The snapshot.json / analysis.json of a snapshot bundle (a folder, or a tar archive
+    read in memory: nothing is extracted), keyed by name; None when ``path`` is no bundle."""
+    import tarfile
+
+    names = ("snapshot.json", "analysis.json")
+    if os.path.isdir(path):
+        found = {n: os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))}
+        if not found:
+            return None
+        out = {}
+        for n, full in found.items():
+            try:
+                out[n] = Path(full).read_text(encoding="utf-8", errors="replace")
+            except OSError as exc:
+                raise InputError(f"{full}: {exc.strerror or exc}", "check its permissions") from None
+        return out
+    if not os.path.isfile(path):
+        return None
+    try:
+        if not tarfile.is_tarfile(path):
+            return None
+        out = {}
+        with tarfile.open(path, mode="r:*") as tar:
+            for member in tar:
+                parts = member.name.strip("/").split("/")
+                # the bundle's files sit at the top or in its one top-level folder
+                if not member.isfile() or len(parts) > 2 or parts[-1] not in names:
+                    continue
+                if member.size > MAX_BUNDLE_MEMBER_BYTES:
+                    raise InputError(f"{path}: {member.name} is {member.size >> 20} MiB", "too large to read")
+                handle = tar.extractfile(member)
+                if handle is not None:
+                    out.setdefault(parts[-1], handle.read().decode("utf-8", "replace"))
+    except (tarfile.TarError, OSError, EOFError) as exc:
+        raise InputError(f"{path}: not a readable archive ({exc})", "give the bundle hangdoctor snapshot wrote") from None
+    if not out:
+        raise InputError(f"{path} is an archive without snapshot.json or analysis.json",
+                         "give a bundle written by hangdoctor snapshot")
+    return out
+
+
+def _expand_inputs(paths: tuple[str, ...]) -> list[str]:
+    """A folder that is not a bundle stands for the files in it (as `pytest DIR` does)."""
+    out: list[str] = []
+    for p in paths:
+        if p != "-" and os.path.isdir(p) and _bundle_documents(p) is None:
+            files = sorted(os.path.join(d, f) for d, subdirs, names in os.walk(p)
+                           for f in names if not f.startswith("."))
+            if not files:
+                raise InputError(f"{p} is an empty folder", "give the evidence files")
+            out += files[:MAX_DIR_FILES]
+        else:
+            out.append(p)
+    return out
+
+
+def _looks_binary(text: str) -> bool:
+    """Bytes that are no text: an ELF, an archive, random data (read_input has already
+    dropped NULs and replaced undecodable bytes with U+FFFD)."""
+    head = text[:65536]
+    if not head or head.startswith(("\x7fELF", "PK\x03\x04", "\x1f\ufffd")):
+        return bool(head)
+    odd = sum(1 for ch in head if ch == "\ufffd" or (ch < " " and ch not in "\t\n\r\f\x1b"))
+    return odd > 0.05 * len(head)
+
+
+def _read_documents(paths: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[tuple[str, str]], list[str]]:
+    """Split inputs into saved snapshots, raw text evidence, and inputs with nothing to read."""
     from hangdoctor.parsers.assemble import read_input
     from hangdoctor.parsers.detect import sniff_json_document
     from hangdoctor.snapshot.io import load_snapshot_text
 
     snapshots: list[dict[str, Any]] = []
     texts: list[tuple[str, str]] = []
-    for p in paths:
+    unrecognised: list[str] = []
+    for p in _expand_inputs(paths):
+        bundle = _bundle_documents(p) if p != "-" else None
+        if bundle is not None:
+            if "snapshot.json" not in bundle:
+                raise InputError(f"{p} is a bundle without a snapshot (nothing was collected)",
+                                 f"its analysis: hangdoctor report {p}")
+            snapshots.extend(load_snapshot_text(bundle["snapshot.json"], f"{p}:snapshot.json"))
+            continue
         try:
             name, text = read_input(p)
+            _SOURCE_PATHS[name] = p
         except HangdoctorError:
             raise
         except Exception as exc:  # the parser's own InputError may not subclass ours
@@ -526,58 +637,100 @@ def _read_documents(paths: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[
         if kind == "snapshot":
             snapshots.extend(load_snapshot_text(text, name))
         elif kind == "analysis":
-            raise InputError(f"{name} is an analysis, not evidence", "use: hangdoctor report FILE -o report.html")
+            raise InputError(f"{name} is an analysis, not evidence", f"use: hangdoctor report {p}")
+        elif not str(text).strip() or _looks_binary(str(text)):
+            unrecognised.append(p if p != "-" else name)
         else:
             texts.append((name, text))
-    return snapshots, texts
+    return snapshots, texts, unrecognised
+
+
+_WHAT_IS_READ = ("give py-spy dumps, faulthandler dumps, tracebacks, server / NCCL logs, dmesg, "
+                 "nvidia-smi, ps or env output, a saved snapshot or a snapshot bundle")
 
 
 @main.command(epilog=EXIT_CODES_HELP)
 @click.argument("evidence", nargs=-1, required=True)
 @_output_options
 def analyze(evidence: tuple[str, ...], output: str | None, fmt: str | None, as_json: bool,
-            checks_dirs: tuple[str, ...], quiet: bool) -> None:
-    """Analyse saved snapshots or raw evidence pasted in a ticket (py-spy dumps, logs, dmesg,
-    nvidia-smi, ps, env): any mix, any file names; - reads standard input."""
+            checks_dirs: tuple[str, ...], quiet: bool, wide: bool, color: str) -> None:
+    """Analyse saved snapshots, snapshot bundles (NAME.tar.gz or the folder) or raw evidence
+    pasted in a ticket (py-spy dumps, logs, dmesg, nvidia-smi, ps, env): any mix, any file
+    names; a folder stands for its files; - reads standard input."""
     from hangdoctor.triage.analyze import analyze as run_analysis
 
+    check_report_path(output, fmt)
     checks = _load_checks(checks_dirs)
-    snapshots, texts = _read_documents(evidence)
+    snapshots, texts, unrecognised = _read_documents(evidence)
     if texts:
         from hangdoctor.parsers.assemble import analyze_inputs
 
-        snapshots.append(analyze_inputs(texts))
+        pasted = analyze_inputs(texts)
+        entries = {e.get("source"): e for e in pasted.get("pasted") or [] if isinstance(e, dict)}
+        empty = [n for n, _t in texts if n in entries and not entries[n].get("kinds")]
+        unrecognised += [_SOURCE_PATHS.get(n, n) for n in empty]
+        if len(empty) < len(texts):
+            snapshots.append(pasted)
+    if unrecognised and not snapshots:
+        raise InputError(f"nothing recognised in {', '.join(unrecognised)}", _WHAT_IS_READ)
+    for name in unrecognised:
+        _err(f"hangdoctor: warning: nothing recognised in {name}; left out")
     analysis = run_analysis(snapshots, checks, command=_command_line())
-    _emit(analysis, output, fmt, as_json, quiet)
+    _emit(analysis, output, fmt, as_json, quiet, wide=wide, color=color)
     sys.exit(_exit_code(analysis, False))
 
 
-@main.command()
+@main.command(epilog="Without -o: Markdown on stdout (--format json: JSON; --format html: NAME.html).")
 @click.argument("document")
-@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="report file (.html, .md, .json)")
-@click.option("--format", "fmt", type=click.Choice(["html", "json", "md"]), default=None)
-@click.option("--checks-dir", "checks_dirs", multiple=True, type=click.Path(file_okay=False))
-def report(document: str, output: str, fmt: str | None, checks_dirs: tuple[str, ...]) -> None:
-    """Re-render a saved analysis (or analyse a saved snapshot) without the host."""
+@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+              help="report file; the format follows the suffix (.html, .md, .json); - for stdout")
+@click.option("--format", "fmt", type=click.Choice(["html", "json", "md"]), default=None,
+              help="report format when -o's suffix does not say, or for stdout")
+@click.option("--checks-dir", "checks_dirs", multiple=True, type=click.Path(file_okay=False),
+              help="also load the checks in this folder (when DOCUMENT is a snapshot)")
+def report(document: str, output: str | None, fmt: str | None, checks_dirs: tuple[str, ...]) -> None:
+    """Re-render a saved analysis, a snapshot or a snapshot bundle (NAME.tar.gz or its
+    folder) without the host. Without -o the report goes to stdout, as Markdown."""
     from hangdoctor.parsers.assemble import read_input
     from hangdoctor.parsers.detect import sniff_json_document
-    from hangdoctor.report.render import write_report
+    from hangdoctor.report.render import render_json, render_markdown, write_report
     from hangdoctor.snapshot.io import load_snapshot_text
     from hangdoctor.triage.analyze import analyze as run_analysis
 
-    name, text = read_input(document)
-    kind = sniff_json_document(text)
+    check_report_path(output, fmt)
+    bundle = _bundle_documents(document) if document != "-" else None
+    if bundle is not None:
+        # the bundle's analysis is what was concluded at the time; re-analyse only without it
+        kind, text = ("analysis", bundle["analysis.json"]) if "analysis.json" in bundle \
+            else ("snapshot", bundle["snapshot.json"])
+        name = document
+    else:
+        name, text = read_input(document)
+        kind = sniff_json_document(text)
     if kind == "analysis":
         analysis = json.loads(text)
     elif kind == "snapshot":
         analysis = run_analysis(load_snapshot_text(text, name), _load_checks(checks_dirs), command=_command_line())
     else:
-        raise InputError(f"{name} is neither a hangdoctor analysis nor a snapshot",
-                         "for raw evidence use: hangdoctor analyze FILE -o report.html")
+        raise InputError(f"{name} is neither a hangdoctor analysis, a snapshot nor a bundle",
+                         f"for raw evidence use: hangdoctor analyze {document}")
+    if not output or output == "-":
+        if fmt == "html" and not output:
+            stem = os.path.basename(document.rstrip("/")) if document != "-" else "report"
+            for suffix in (".tar.gz", ".tgz", ".json"):
+                if stem.endswith(suffix):
+                    stem = stem[: -len(suffix)]
+            output = f"{stem or 'report'}.html"
+        else:
+            body = render_json(analysis) if fmt == "json" else render_markdown(analysis)
+            sys.stdout.write(body if body.endswith("\n") else body + "\n")
+            return
     try:
         used = write_report(analysis, output, fmt)
     except ValueError as exc:
         raise UsageError(str(exc), "use -o report.html, report.md or report.json") from None
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}", "choose a writable path") from None
     _err(f"report: {output} ({used})")
 
 
@@ -604,7 +757,8 @@ def list_checks(as_json: bool, checks_dirs: tuple[str, ...]) -> None:
 @click.option("--window", type=click.FloatRange(0.2, 60), default=2.0, show_default=True)
 @click.option("--workers", type=click.IntRange(1, 16), default=4, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the analysis as JSON on stdout")
-def demo(output: str, window: float, workers: int, as_json: bool) -> None:
+@_terminal_options
+def demo(output: str, window: float, workers: int, as_json: bool, wide: bool, color: str) -> None:
     """Start a built-in hung server (4 workers deadlocked after loading their weights),
     diagnose it with the real collector, write the report, and stop what was started."""
     import tempfile
@@ -629,10 +783,11 @@ def demo(output: str, window: float, workers: int, as_json: bool) -> None:
         import shutil
 
         shutil.rmtree(workdir, ignore_errors=True)
-    _emit(analysis, output, None, as_json, False)
+    _emit(analysis, output, None, as_json, False, wide=wide, color=color)
+    prog = invoked_as()
     _err("hangdoctor demo: the demo server was stopped. On a real server run:\n"
-         "  hangdoctor diagnose localhost --pid <server pid> -o report.html\n"
-         "  hangdoctor diagnose user@gpu-node --pid <server pid> -o report.html")
+         f"  {prog} diagnose localhost --pid <server pid> -o report.html\n"
+         f"  {prog} diagnose user@gpu-node --pid <server pid> -o report.html")
 
 
 # snapshot (pre-kill bundles) and watch live in their own module

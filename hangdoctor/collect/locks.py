@@ -1,4 +1,4 @@
-"""File locks and FIFOs: who holds the lock a server waits on, which FIFO it reads.
+"""Who holds what: the file lock a server waits on, the FIFO it reads, the port it listens on.
 
 ``/proc/locks`` lists every flock / POSIX / OFD lock on the host, and each waiter as a ``->``
 line after the lock it waits for. The lines give pid and ``MAJ:MIN:INODE``, not paths: the path
@@ -116,3 +116,37 @@ def collect(records: List[Dict[str, Any]], proc: str = "/proc") -> Dict[str, Any
             x["name"] = names[x["pid"]]
             x["alive"] = names[x["pid"]] is not None
     return {"status": "ok", "locks": kept[:200]}
+
+
+def listeners(ports: List[int], proc: str = "/proc", skip: Any = ()) -> Dict[int, List[int]]:
+    """Map each of ``ports`` to the pids that listen on it (TCP, any address): ``--port``
+    without ``--pid`` names the server by its port. One pass over /proc/*/fd, only when asked."""
+    wanted = set(int(p) for p in ports)
+    inodes = {}  # type: Dict[int, int]
+    for inode, info in procfs.listening_sockets(proc).items():
+        if info.get("port") in wanted:
+            inodes[inode] = int(info["port"])  # type: ignore[arg-type]
+    out = {}  # type: Dict[int, List[int]]
+    if not inodes:
+        return out
+    for pid in procfs.list_pids(proc):
+        if pid in skip:
+            continue
+        for inode in procfs.socket_inodes(pid, proc):
+            port = inodes.get(inode)
+            if port is not None and pid not in out.setdefault(port, []):
+                out[port].append(pid)
+    return out
+
+
+def server_root(pid: int, roots: List[int], proc: str = "/proc") -> int:
+    """The discovered server root above ``pid`` (its API process may be a child of the
+    launcher), else ``pid`` itself."""
+    anc, hops = pid, 0
+    while anc > 1 and hops < 64:
+        if anc in roots:
+            return anc
+        st = procfs.stat(anc, proc)
+        anc = int(st["ppid"]) if st else 0
+        hops += 1
+    return pid

@@ -137,12 +137,29 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     roots = list(cfg.root_pids)
     discovered = not roots
     discovery = []  # type: List[Dict[str, Any]]
+    by_port = locks.listeners(cfg.ports, proc, own) if discovered and cfg.ports else {}
     if discovered:
         discovery = discover(proc, own)
         roots = [d["pid"] for d in discovery]
         man.add("discovery", "ok", time.monotonic() - t0,
                 "%d inference-server process tree(s) found" % len(roots) if roots
                 else "no inference-server processes found on this host")
+    if by_port:
+        # --port without --pid: the process listening on it (under its server root) is the
+        # target; other servers on the host are not mixed in
+        chosen = []  # type: List[Dict[str, Any]]
+        for port in cfg.ports:
+            for pid in by_port.get(port, []):
+                root = locks.server_root(pid, roots, proc)
+                if root not in [c["pid"] for c in chosen]:
+                    chosen.append({"pid": root, "kind": "listens on port %d" % port,
+                                   "cmdline": " ".join(procfs.cmdline(root, proc) or [])[:300]})
+        discovery, roots = chosen, [c["pid"] for c in chosen]
+        man.add("discovery", "ok", 0.0, "the process(es) listening on port(s) %s" % ", ".join(
+            str(p) for p in cfg.ports if p in by_port))
+    elif discovered and cfg.ports:
+        snap["notes"].append("nothing listens on port %s; the servers were found by their "
+                             "command lines" % ", ".join(str(p) for p in cfg.ports))
     snap["targets"] = {"root_pids": roots, "discovered": discovered, "discovery": discovery}
 
     # process tree + sample A

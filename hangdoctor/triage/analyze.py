@@ -256,7 +256,7 @@ def _weakened(ev: Evidence) -> list[str]:
     return out
 
 
-def _next_command(ev: Evidence, verdict: str) -> str:
+def _next_command(ev: Evidence, verdict: str, causes: list[dict[str, Any]] | None = None) -> str:
     hosts = [(s.get("host") or {}).get("name", "HOST") for s in ev.snapshots]
     host = hosts[0] if hosts and hosts[0] else "HOST"
     roots = ev.roots
@@ -269,9 +269,21 @@ def _next_command(ev: Evidence, verdict: str) -> str:
                 f"hangdoctor diagnose {host}{pid} --window 10 -o report.html")
     if verdict in ("progressing", "inconclusive"):
         return f"hangdoctor diagnose {host}{pid} --window 30 -o report.html   # a longer window tells slow from stuck"
-    if not ev.has("log"):
+    # --- issue 17: the next command follows what was already collected (--native, a GPU).
+    native_done = any(isinstance(e, dict) and e.get("native")
+                      for s in ev.snapshots for e in (s.get("stacks") or {}).values())
+    strong = bool(causes) and causes[0]["score"] >= 0.5
+    if not ev.has("log") and not strong:
         return f"hangdoctor diagnose {host}{pid} --log /path/to/server.log -o report.html"
-    return f"hangdoctor diagnose {host}{pid} --native -o report.html   # native frames show where CUDA/NCCL waits"
+    if not native_done:
+        why = ("native frames show where CUDA/NCCL waits" if ev.gpus
+               else "native frames show the C call each thread is blocked in")
+        return f"hangdoctor diagnose {host}{pid} --native -o report.html   # {why}"
+    steps = [st for c in (causes or [])[:1] for st in c.get("next_steps") or []]
+    if steps:
+        return steps[0]
+    return f"hangdoctor diagnose {host}{pid} --native --window 30 -o report.html   # a longer window"
+    # --- end issue 17
 
 
 def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
@@ -432,7 +444,7 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         "log": log_out,
         "collection": collection,
         "weakened": _weakened(ev),
-        "next_command": _next_command(ev, verdict),
+        "next_command": _next_command(ev, verdict, causes),
         "intrusion": intrusion,
         "problems": problems,
         "facts": {"moving": facts["moving"], "still": facts["still"], "answering": facts["answering"]},

@@ -40,9 +40,10 @@ def _tree_result(ev: Evidence, ranks: list[Rank], several: bool) -> tuple[list[S
     busy = [r for r in ranks if r.wait_kind in ("running",) or (r.stack.main and r.stack.main.active)]
     if len(parked) == len(ranks):
         frames = sorted({r.stack.main.top.short for r in parked if r.stack.main.top})
-        who = ("the one worker's main thread waits" if len(parked) == 1
-               else f"all {len(parked)} workers' main threads wait")
-        text = f"{who}{where} in {describe_kind('ipc-wait')}: " + "; ".join(frames[:3])
+        who = ("the one worker's main thread" if len(parked) == 1
+               else f"all {len(parked)} workers' main threads")
+        verb = "waits" if len(parked) == 1 else "wait"
+        text = f"{who}{where} {verb} in {describe_kind('ipc-wait')}: " + "; ".join(frames[:3])
         signals = [support("post-load-deadlock", 0.5, text, [f"pid:{r.pid}" for r in parked])]
         if ev.has_timing:
             cpu = sum((r.proc.cpu_delta_s or 0.0) for r in parked)

@@ -479,6 +479,7 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
             msg = r.error if r.error.startswith(r.name) else f"{r.name}: {r.error}"
             _err(f"hangdoctor: {msg}" + (f" ({r.remedy})" if r.remedy else ""))
     analysis = analyze(snapshots, checks, command=_command_line(), host_results=results)
+    analysis = _per_tree(analysis, snapshots, checks, results)
     if kw.get("no_redact"):
         analysis["weakened"].insert(0, "NOT REDACTED (--no-redact): this report may contain tokens and keys; do not share it")
     for s in snapshots:
@@ -493,6 +494,68 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
                 _err(f"hangdoctor: {host}: no inference-server processes found (vLLM, SGLang, TGI, "
                      "TensorRT-LLM, Triton, torchrun); give --pid PID")
     return analysis, results, time.monotonic() - t0
+
+
+_SEVERITY = ("dead", "hung", "progressing", "inconclusive", "healthy")
+
+
+def _split_trees(snap: dict[str, Any]) -> list[tuple[int, dict[str, Any]]]:
+    """One snapshot per root of a snapshot that holds several --pid trees: their processes,
+    stacks and probed ports apart; the host's own sources (GPUs, log, kernel log) shared."""
+    roots = list((snap.get("targets") or {}).get("root_pids") or [])
+    if len(roots) < 2 or (snap.get("targets") or {}).get("discovered"):
+        return []
+    out = []
+    for root in roots:
+        procs = [p for p in snap.get("processes") or [] if isinstance(p, dict) and p.get("root_pid") == root]
+        pids = {str(p.get("pid")) for p in procs}
+        ports = {lst.get("port") for p in procs for lst in p.get("listen") or [] if isinstance(lst, dict)}
+        part = dict(snap, processes=procs,
+                    stacks={k: v for k, v in (snap.get("stacks") or {}).items() if k in pids},
+                    http=[h for h in snap.get("http") or [] if isinstance(h, dict) and h.get("port") in ports],
+                    targets=dict(snap.get("targets") or {}, root_pids=[root]))
+        out.append((root, part))
+    return out
+
+
+def _per_tree(analysis: dict[str, Any], snapshots: list[dict[str, Any]], checks: list[Any],
+              results: list[Any]) -> dict[str, Any]:
+    """Several --pid trees on one host: each is triaged on its own evidence, so one tree's
+    answering port or busy workers cannot hide another tree's deadlock. The report keeps the
+    whole snapshot's tables; verdict, causes and ruled-out come from the trees, the worst
+    verdict first."""
+    from hangdoctor.triage.analyze import analyze
+
+    trees: list[tuple[int, str, dict[str, Any]]] = []
+    for snap in snapshots:
+        host = (snap.get("host") or {}).get("name", "?")
+        for root, part in _split_trees(snap):
+            trees.append((root, host, analyze([part], checks, command=analysis.get("command"))))
+    if not trees:
+        return analysis
+    trees.sort(key=lambda t: _SEVERITY.index(t[2]["verdict"]) if t[2]["verdict"] in _SEVERITY else 9)
+    worst = trees[0][2]
+    by_id: dict[str, dict[str, Any]] = {}
+    for root, _host, a in trees:
+        for c in a.get("causes") or []:
+            c = dict(c, summary=f"tree of pid {root}: {c['summary']}")
+            if c["id"] not in by_id or c["score"] > by_id[c["id"]]["score"]:
+                by_id[c["id"]] = c
+    causes = sorted(by_id.values(), key=lambda c: (-c["score"], c["id"]))
+    ruled = [r for r in worst.get("ruled_out") or [] if r.get("id") not in by_id
+             and all(any(x.get("id") == r.get("id") for x in a.get("ruled_out") or []) for _r, _h, a in trees)]
+    out = dict(analysis)
+    out["verdict"] = worst["verdict"]
+    out["verdict_reason"] = "; ".join(f"pid {root}: {a['verdict']} ({a['verdict_reason']})" for root, _h, a in trees)
+    out["causes"] = causes
+    out["ruled_out"] = ruled
+    top = causes[0] if causes else None
+    out["headline"] = (f"Most likely {top['id']} (score {top['score']:.2f}): {top['summary']}" if top
+                       else worst.get("headline"))
+    out["next_command"] = worst.get("next_command")
+    out["trees"] = [{"host": h, "root_pid": root, "verdict": a["verdict"], "verdict_reason": a["verdict_reason"],
+                     "top_cause": (a.get("causes") or [{}])[0].get("id")} for root, h, a in trees]
+    return out
 
 
 def _save_snapshots(path: str, results: list[Any]) -> None:

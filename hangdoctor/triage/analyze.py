@@ -286,6 +286,37 @@ def _next_command(ev: Evidence, verdict: str, causes: list[dict[str, Any]] | Non
     # --- end issue 17
 
 
+# --- issue 17: no NCCL advice for a job without NCCL (gloo on CPU)
+def _uses_nccl(ev: Evidence) -> bool:
+    """A rank with PyTorch's NCCL watchdog or NCCL's own threads, or a GPU: else (gloo on
+    CPU, pasted evidence without either) NCCL settings cannot be what to change."""
+    if ev.gpus:
+        return True
+    for p in ev.processes:
+        if any(str(t.get("name") or "").startswith(("NCCL", "pt_nccl_")) for t in p.threads or []
+               if isinstance(t, dict)):
+            return True
+    for ps in ev.stacks.values():
+        if ps.ok and any(t.name.startswith(("NCCL", "pt_nccl_")) for t in ps.threads):
+            return True
+    return ev.origin != "live" and not ev.processes  # a paste without processes: cannot tell
+
+
+def _backend_steps(ev: Evidence, steps: tuple[str, ...]) -> list[str]:
+    if _uses_nccl(ev):
+        return list(steps)
+    out = []
+    for st in steps:
+        if "NCCL" in st.split("#")[0]:
+            if st.startswith("TORCH_NCCL_TRACE"):
+                out.append("TORCH_DISTRIBUTED_DEBUG=DETAIL  # rerun: every collective is checked "
+                           "against the other ranks' (gloo and NCCL)")
+            continue  # no NCCL in this job: its settings cannot be what to change
+        out.append(st)
+    return out
+# --- end issue 17
+
+
 def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
             command: str | None = None, host_results: list[Any] | None = None) -> dict[str, Any]:
     """Run every check over the snapshots and build the analysis document."""
@@ -316,7 +347,7 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
             "id": cid, "title": title(cid), "score": a["score"], "confidence": _confidence(a["score"]),
             "summary": a["for"][0]["text"],
             "evidence": a["for"], "against": a["against"],
-            "next_steps": [_fill(s, ev, odd) for s in (c.next_steps if c else ())],
+            "next_steps": [_fill(s, ev, odd) for s in _backend_steps(ev, c.next_steps if c else ())],
             "odd_ones_out": odd,
         })
     causes.sort(key=lambda c: (-c["score"], c["id"]))

@@ -94,6 +94,15 @@ def _lock_wait(ev: Evidence, proc: Proc | None, ps: ProcStack, t: ThreadStack) -
     return None
 
 
+def _silent_ports(ev: Evidence, proc: Proc | None) -> list[int]:
+    """The ports ``proc`` listens on that were probed and did not answer."""
+    if proc is None:
+        return []
+    mine = {lst.get("port") for lst in proc.listen or [] if isinstance(lst, dict)}
+    return sorted({h.get("port") for h in ev.http if h.get("host") == proc.host
+                   and h.get("port") in mine and not h.get("ok")})
+
+
 def _lock_signals(ev: Evidence) -> list[Signal]:
     out = []
     for (host, pid), ps in ev.stacks.items():
@@ -116,6 +125,15 @@ def _lock_signals(ev: Evidence) -> list[Signal]:
         if len(waiting) > 1:
             text += f"; {_plural(len(waiting) - 1, 'more thread')} wait the same way"
         out.append(support("lock-contention", weight, text, [f"pid:{pid}"]))
+        silent = _silent_ports(ev, proc)
+        if silent:
+            # the blocked thread is the reason its port does not answer: the lock is the cause
+            # to act on, the silent front end its symptom
+            ports = ", ".join(map(str, silent))
+            out.append(support("lock-contention", 0.3, f"{label} listens on port {ports}, which does "
+                               "not answer: the lock wait explains it", [f"pid:{pid}"]))
+            out.append(against("frontend-hang", 0.3, f"the front end on port {ports} waits on a lock "
+                               "(lock-contention)", [f"pid:{pid}"]))
         if ev.has_timing and ps.moved is False:
             out.append(support("lock-contention", 0.15,
                                f"{label}'s stacks did not change over {ev.window_s:.1f} s", [f"pid:{pid}"]))
@@ -123,7 +141,7 @@ def _lock_signals(ev: Evidence) -> list[Signal]:
 
 
 @check("stacks.waits", "Workers parked in a receive or wait; threads blocked on a lock",
-       needs=["stacks"], causes=["post-load-deadlock", "lock-contention"])
+       needs=["stacks"], causes=["post-load-deadlock", "lock-contention", "frontend-hang"])
 def stacks_waits(ev: Evidence):
     """Fires when the main thread of every worker of a process tree is parked in a receive or
     wait (multiprocessing ``Connection.recv``, ``Queue.get``, zmq ``recv``, socket ``recv``,

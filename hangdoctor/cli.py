@@ -217,7 +217,8 @@ def _emit(analysis: dict[str, Any], output: str | None, fmt: str | None, as_json
             text += f"\nreport: {written}"
         for p in extra_paths or []:
             text += f"\n{p}"
-        click.echo(text, err=as_json)
+        # colour=: click would strip our (already decided) colour codes off a pipe
+        click.echo(text, err=as_json, color=use_color)
 
 
 def _exit_code(analysis: dict[str, Any], host_failures: bool) -> int:
@@ -828,7 +829,8 @@ def demo(output: str, window: float, workers: int, as_json: bool, wide: bool, co
 
     from hangdoctor.scenarios.runner import ScenarioError, start_scenario
 
-    _err(f"hangdoctor demo: starting a built-in hung server ({workers} workers, deadlock after loading)...")
+    prog = invoked_as()
+    _err(f"hangdoctor demo: starting a hung server ({workers} workers deadlock after loading)")
     workdir = tempfile.mkdtemp(prefix="hangdoctor-demo-")
     running = start_scenario("postload", workdir, workers=workers, max_lifetime_s=180)
     try:
@@ -836,8 +838,8 @@ def demo(output: str, window: float, workers: int, as_json: bool, wide: bool, co
             sc = running.wait_ready(timeout_s=60)
         except ScenarioError as exc:
             raise HangdoctorError(f"the demo server did not start: {exc}", "run the tests to see what is missing") from None
-        _err(f"hangdoctor demo: server up: launcher pid {sc.launcher_pid}, workers {', '.join(map(str, sc.worker_pids))}, log {sc.log}")
-        _err(f"hangdoctor demo: running: hangdoctor diagnose localhost --pid {sc.launcher_pid} --log {sc.log} --window {window}")
+        # one line: what runs, as it can be run again (the worker pids are in the summary)
+        _err(f"hangdoctor demo: running: {prog} diagnose localhost --pid {sc.launcher_pid} --log {sc.log} --window {window:g}")
         kw = {"pids": [str(sc.launcher_pid)], "log": sc.log, "window": window, "deadline": 45.0}
         analysis, _results, wall_s = _run_diagnosis(("localhost",), kw)
         analysis["wall_s"] = round(wall_s, 3)
@@ -847,7 +849,6 @@ def demo(output: str, window: float, workers: int, as_json: bool, wide: bool, co
 
         shutil.rmtree(workdir, ignore_errors=True)
     _emit(analysis, output, None, as_json, False, wide=wide, color=color)
-    prog = invoked_as()
     _err("hangdoctor demo: the demo server was stopped. On a real server run:\n"
          f"  {prog} diagnose localhost --pid <server pid> -o report.html\n"
          f"  {prog} diagnose user@gpu-node --pid <server pid> -o report.html")

@@ -417,6 +417,7 @@ def snapshot_main(
             click.echo(
                 render_terminal(outcome.analysis, color=use_color, width=width).rstrip("\n"),
                 err=True,
+                color=use_color,
             )
         except Exception as exc:  # the summary is a courtesy; the bundle is written
             click.echo(f"hangdoctor: warning: no terminal summary: {exc}", err=True)

@@ -147,14 +147,22 @@ def render_terminal(
     wrapped = _wrap(head, limit, "", "    ")
     wrapped[0] = wrapped[0].replace(f"hangdoctor: {label}", f"hangdoctor: {painted}", 1)
     lines += wrapped
-    if v["headline"]:
-        lines += _wrap(_clean(v["headline"]), limit, "  ", "    ")
     causes = v["causes"][:3]
+    # "Most likely X (score): summary" says again what cause 1's row says: on a terminal the
+    # row is shown whole instead (it is the answer), and the headline only when it says more.
+    top_is_headline = bool(causes) and v["headline"].startswith(f"Most likely {causes[0]['id']} ")
+    if v["headline"] and not top_is_headline:
+        lines += _wrap(_clean(v["headline"]), limit, "  ", "    ")
     if causes:
         id_w = min(max(len(_clean(c["id"], 28)) for c in causes), 28)
         for i, c in enumerate(causes, 1):
             row = f"  {i}. {_clean(c['id'], 28):<{id_w}}  {c['score']:.2f} "
             confidence = f"{c['confidence']:<6}  "
+            if i == 1 and top_is_headline:
+                wrapped = _wrap(_clean(c["summary"] or c["title"]), limit, row + confidence, "     ", 6)
+                wrapped[0] = row + paint(_DIM, confidence) + wrapped[0][len(row + confidence):]
+                lines += wrapped
+                continue
             summary = clip(c["summary"] or c["title"], limit - len(row) - len(confidence))
             lines.append(row + paint(_DIM, confidence) + summary)
         if len(v["causes"]) > 3:
@@ -176,8 +184,7 @@ def render_terminal(
     if v["next_command"]:
         lines += _next_lines(_clean(v["next_command"]), limit)
     if cut:
-        note = (f"(cut at {limit} columns: --wide shows every line whole; -o report.html "
-                "writes everything)")
+        note = f"(cut at {limit} columns: --wide or -o report.html shows all)"
         lines += [paint(_DIM, x) for x in _wrap(note, limit, "  ", "   ")]
     for path in written:
         lines.append("  report: " + _clean(path))

@@ -24,7 +24,6 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
-
 from conftest import REPO_ROOT, run_hangdoctor
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -187,7 +186,9 @@ def test_fifo_open_without_writer_is_io_stall(programs: Programs, tmp_path: Path
     assert "io-stall" not in ruled_out(a)
 
 
-def test_fifo_read_without_writer_is_io_stall_and_names_the_fifo(programs: Programs, tmp_path: Path):
+def test_fifo_read_without_writer_is_io_stall_and_names_the_fifo(
+    programs: Programs, tmp_path: Path
+):
     fifo = tmp_path / "feed"
     p, _ = programs.start(FIFO_PROGRAM, str(fifo), "read")
     time.sleep(0.3)
@@ -227,7 +228,9 @@ def test_an_idle_server_waiting_for_requests_has_no_lock_contention(programs: Pr
     assert a["verdict"] == "healthy"
 
 
-def test_flock_held_by_another_process_is_lock_contention_naming_the_holder(programs: Programs, tmp_path: Path):
+def test_flock_held_by_another_process_is_lock_contention_naming_the_holder(
+    programs: Programs, tmp_path: Path
+):
     lock = tmp_path / "model.lock"
     holder, _ = programs.start(FLOCK_PROGRAM, str(lock), "hold")
     waiter, _ = programs.start(FLOCK_PROGRAM, str(lock), "wait")
@@ -275,12 +278,16 @@ def test_a_process_that_is_not_python_says_there_are_no_python_stacks():
 # ------------------------------------------------------------------ 5, 6. inputs
 
 
-def test_a_bundle_tar_and_folder_are_input_to_analyze_and_report(programs: Programs, tmp_path: Path):
+def test_a_bundle_tar_and_folder_are_input_to_analyze_and_report(
+    programs: Programs, tmp_path: Path
+):
     p, _ = programs.start(FIFO_PROGRAM, str(tmp_path / "wedged"), "open")
     tar = tmp_path / "snap.tar.gz"
     folder = tmp_path / "snapdir"
     for out in (tar, folder):
-        proc = run_hangdoctor("snapshot", "localhost", "--pid", str(p.pid), "--window", "0.3", "-o", str(out))
+        proc = run_hangdoctor(
+            "snapshot", "localhost", "--pid", str(p.pid), "--window", "0.3", "-o", str(out)
+        )
         assert proc.returncode == 3, proc.stderr
     for bundle in (tar, folder):
         a = json.loads(run_hangdoctor("analyze", str(bundle), "--json", "-q").stdout)
@@ -290,7 +297,9 @@ def test_a_bundle_tar_and_folder_are_input_to_analyze_and_report(programs: Progr
     with tarfile.open(tar) as t:
         assert any(m.name.endswith("/snapshot.json") for m in t.getmembers())
     proc = run_hangdoctor("report", str(tar), "--format", "html", cwd=tmp_path)
-    assert proc.returncode == 0 and (tmp_path / "snap.html").read_text().startswith("<!doctype html")
+    assert proc.returncode == 0 and (tmp_path / "snap.html").read_text().startswith(
+        "<!doctype html"
+    )
 
 
 def test_a_folder_that_is_no_bundle_stands_for_its_files(tmp_path: Path):
@@ -365,7 +374,9 @@ def test_without_port_discovery_would_have_found_the_decoy(programs: Programs):
     assert str(_decoy.pid) in proc.stderr
 
 
-def test_watch_url_without_pid_snapshots_the_listener_and_keeps_every_url(programs: Programs, tmp_path: Path):
+def test_watch_url_without_pid_snapshots_the_listener_and_keeps_every_url(
+    programs: Programs, tmp_path: Path
+):
     healthy, healthy_port = programs.start(HTTP_PROGRAM)
     stuck, stuck_port = programs.start(LOCK_PROGRAM)
     client = socket.create_connection(("127.0.0.1", int(stuck_port)), timeout=5)
@@ -505,21 +516,30 @@ def test_reports_say_host_memory_and_name_pids_without_ranks(tmp_path: Path):
 # ------------------------------------------------------------------ 1, 11. the terminal
 
 
-def test_summary_uses_the_terminal_width_and_never_cuts_the_next_command(programs: Programs, tmp_path: Path):
+def test_summary_uses_the_terminal_width_and_never_cuts_the_next_command(
+    programs: Programs, tmp_path: Path
+):
     p, _ = programs.start(FIFO_PROGRAM, str(tmp_path / "wedged"), "open")
     for cols in (80, 160):
         out = ANSI.sub("", in_pty(["diagnose", "localhost", "--pid", str(p.pid), "--window", "0.3",
                                    "--save-snapshot", str(tmp_path / "a-rather-long-folder-name-for-the-snapshot-file.json")],
                                   cols=cols))  # fmt: skip
         # the progress line is redrawn with \r; a path (snapshot: ...) is never cut: it is copied
-        lines = [x for x in re.split(r"[\r\n]", out) if x.strip() and not x.startswith("snapshot: ")]
+        lines = [
+            x for x in re.split(r"[\r\n]", out) if x.strip() and not x.startswith("snapshot: ")
+        ]
         assert all(len(x) <= cols for x in lines), out
         assert any(x.startswith("hangdoctor: HUNG") for x in lines)
         # the next command, joined again from its ` \` continuations, is whole
         at = next(i for i, x in enumerate(lines) if x.startswith("  next: "))
         joined = " ".join(x.strip().rstrip("\\").strip() for x in lines[at : at + 4])
         assert f"diagnose localhost --pid {p.pid} --native -o report.html" in joined, out
-    wide = ANSI.sub("", in_pty(["diagnose", "localhost", "--pid", str(p.pid), "--window", "0.3", "--wide"], cols=80))
+    wide = ANSI.sub(
+        "",
+        in_pty(
+            ["diagnose", "localhost", "--pid", str(p.pid), "--window", "0.3", "--wide"], cols=80
+        ),
+    )
     assert any(len(x) > 80 for x in wide.split("\n")), wide
     # COLUMNS beats the terminal's own size, as shells and tmux set it
     narrow = ANSI.sub("", in_pty(["diagnose", "localhost", "--pid", str(p.pid), "--window", "0.3"],
@@ -532,9 +552,14 @@ def test_summary_is_not_cut_when_stdout_is_not_a_terminal(programs: Programs, tm
     proc = run_hangdoctor("diagnose", "localhost", "--pid", str(p.pid), "--window", "0.3",
                           env=dict(os.environ, COLUMNS="60"))  # fmt: skip
     assert "…" not in proc.stdout and "cut at" not in proc.stdout
-    assert "it waits until something opens the other end, as a read from a wedged mount waits" in proc.stdout
+    assert (
+        "it waits until something opens the other end, as a read from a wedged mount waits"
+        in proc.stdout
+    )
     nxt = [x for x in proc.stdout.splitlines() if x.startswith("  next: ")]
-    assert len(nxt) == 1 and nxt[0].endswith("native frames show the C call each thread is blocked in")
+    assert len(nxt) == 1 and nxt[0].endswith(
+        "native frames show the C call each thread is blocked in"
+    )
     assert "\x1b" not in proc.stdout and "\r" not in proc.stderr  # no colour, no progress
 
 

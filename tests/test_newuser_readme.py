@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO_ROOT, need
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -40,7 +39,11 @@ def readme_commands(readme: str) -> tuple[list[str], str]:
 
 def clean_env() -> dict[str, str]:
     """A new user's shell: no virtual environment on PATH, no PYTHONPATH into this checkout."""
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "COLUMNS", "LINES")}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("PYTHONPATH", "VIRTUAL_ENV", "COLUMNS", "LINES")
+    }
     env["PATH"] = os.pathsep.join(
         p for p in env.get("PATH", "").split(os.pathsep) if ".venv" not in p and "/venv" not in p
     )
@@ -115,7 +118,9 @@ def unwrap(lines: list[str]) -> str:
 
 
 @pytest.mark.parametrize(("cols", "rows"), [(80, 24), (200, 50)])
-def test_the_readme_first_run_shows_the_whole_answer_on_one_screen(fresh_clone: Path, cols: int, rows: int):
+def test_the_readme_first_run_shows_the_whole_answer_on_one_screen(
+    fresh_clone: Path, cols: int, rows: int
+):
     commands, after = readme_commands((fresh_clone / "README.md").read_text(encoding="utf-8"))
     screen = run_in_tmux(fresh_clone, commands[1], cols, rows)
     lines = screen.rstrip("\n").split("\n")
@@ -146,7 +151,9 @@ def test_the_readme_first_run_shows_the_whole_answer_on_one_screen(fresh_clone: 
                   and "<server pid>" in x)  # fmt: skip
     sleeper = subprocess.Popen(["sleep", "60"])
     try:
-        cmd = follow.replace("<server pid>", str(sleeper.pid)).replace("-o report.html", "--window 0.2")
+        cmd = follow.replace("<server pid>", str(sleeper.pid)).replace(
+            "-o report.html", "--window 0.2"
+        )
         proc = subprocess.run(["bash", "-c", cmd], cwd=fresh_clone, env=clean_env(), capture_output=True,
                               text=True, timeout=120)  # fmt: skip
     finally:

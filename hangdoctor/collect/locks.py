@@ -49,10 +49,17 @@ def parse_proc_locks(text: str) -> List[Dict[str, Any]]:
             maj, mnr, ino = parts[5].split(":")
         except (ValueError, IndexError):
             continue
-        out.append({
-            "id": lock_id, "waiting": waiting, "kind": kind, "access": access,
-            "pid": pid if pid > 0 else None, "dev": "%s:%s" % (maj, mnr), "inode": int(ino),
-        })
+        out.append(
+            {
+                "id": lock_id,
+                "waiting": waiting,
+                "kind": kind,
+                "access": access,
+                "pid": pid if pid > 0 else None,
+                "dev": "%s:%s" % (maj, mnr),
+                "inode": int(ino),
+            }
+        )
     return out
 
 
@@ -91,8 +98,10 @@ def collect(records: List[Dict[str, Any]], proc: str = "/proc") -> Dict[str, Any
     """
     for rec in records:
         threads = rec.get("threads") or []
-        if any((t.get("wchan") or "") in PIPE_WCHANS for t in threads) or \
-                (rec.get("wchan") or "") in PIPE_WCHANS:
+        if (
+            any((t.get("wchan") or "") in PIPE_WCHANS for t in threads)
+            or (rec.get("wchan") or "") in PIPE_WCHANS
+        ):
             pid = rec.get("pid")
             if isinstance(pid, int):
                 rec["fifos"] = [p for p, st in _open_files(pid, proc) if stat.S_ISFIFO(st.st_mode)]

@@ -559,6 +559,15 @@ def _per_tree(analysis: dict[str, Any], snapshots: list[dict[str, Any]], checks:
     return out
 
 
+def _given_source_failed(results: list[Any], kw: dict[str, Any]) -> bool:
+    """A source the user named (--log) that could not be read on a host: exit 4, as for a
+    host that could not be collected (the summary says which and why)."""
+    if not kw.get("log"):
+        return False
+    return any(isinstance(m, dict) and m.get("source") == "log" and m.get("status") == "failed"
+               for r in results for m in (r.snapshot or {}).get("manifest") or [])
+
+
 def _save_snapshots(path: str, results: list[Any]) -> None:
     snaps = [r.snapshot for r in results if r.snapshot is not None]
     doc: Any = snaps[0] if len(snaps) == 1 else {"schema_version": 1, "hosts": snaps}
@@ -595,7 +604,7 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
         extra.append(f"snapshot: {snap_path}")
     _emit(analysis, kw.get("output"), kw.get("fmt"), kw.get("as_json", False), kw.get("quiet", False), extra,
           wide=kw.get("wide", False), color=kw.get("color") or "auto")
-    failures = any(r.error for r in results)
+    failures = any(r.error for r in results) or _given_source_failed(results, kw)
     sys.exit(_exit_code(analysis, failures))
 
 

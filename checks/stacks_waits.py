@@ -18,6 +18,21 @@ _LOCK_NATIVE = ("PyThread_acquire_lock_timed", "lock_PyThread_acquire_lock", "ac
                 "lock_acquire_parse_args", "PyThread_acquire_lock")
 
 
+def _in_mp_queue(t: ThreadStack | None) -> bool:
+    """A wait on the semaphore inside a multiprocessing Queue/Pipe (``SemLock.__enter__`` in
+    ``Queue.get``): the reader lock of a queue that another worker is reading, part of the
+    same IPC wait, not a lock held by another thread of this process."""
+    top = t.top if t is not None else None
+    return bool(top and "multiprocessing/" in top.file and top.bare in ("__enter__", "acquire", "_acquire"))
+
+
+def _parked(r: Rank) -> bool:
+    main = r.stack.main if r.stack else None
+    if main is not None and main.active:
+        return False
+    return r.wait_kind in _PARKED or (r.wait_kind == "unknown" and _in_mp_queue(main))
+
+
 def _plural(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
@@ -36,7 +51,7 @@ def _tree_result(ev: Evidence, ranks: list[Rank], several: bool) -> tuple[list[S
     where = ""
     if several and ranks and ranks[0].proc.root_pid is not None:
         where = f" of the tree of pid {ranks[0].proc.root_pid}"
-    parked = [r for r in ranks if r.wait_kind in _PARKED and not (r.stack.main and r.stack.main.active)]
+    parked = [r for r in ranks if _parked(r)]
     busy = [r for r in ranks if r.wait_kind in ("running",) or (r.stack.main and r.stack.main.active)]
     if len(parked) == len(ranks):
         frames = sorted({r.stack.main.top.short for r in parked if r.stack.main.top})
@@ -81,7 +96,7 @@ def _lock_wait(ev: Evidence, proc: Proc | None, ps: ProcStack, t: ThreadStack) -
     kernel's futex wait at a line that is no known wait is most likely a lock. Condition, Event
     and Queue waits have threading.py frames and are ``ipc-wait``, not this.
     """
-    if t.active or t.wait_kind not in ("unknown",):
+    if t.active or t.wait_kind not in ("unknown",) or _in_mp_queue(t):
         return None
     natives = [f.name for f in t.frames if f.native]
     if any(n in _LOCK_NATIVE for n in natives):

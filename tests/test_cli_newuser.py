@@ -7,7 +7,6 @@ unreadable files as input, arguments refused before the window, terminal width a
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import pty
@@ -426,33 +425,48 @@ def test_one_worker_is_not_all_1_workers(run_scenario):
     assert {r["pid"] for r in a["ranks"] if r["is_worker"]} == set(info.worker_pids)
 
 
-def test_the_launcher_under_a_wrapper_is_not_a_worker(run_scenario, tmp_path: Path):
-    """--pid of a shell that runs the launcher: the launcher is not counted with the workers."""
+MP_LAUNCHER = """
+import multiprocessing as mp, sys
+
+def work(q):
+    q.get()  # waits for a task that never comes
+
+if __name__ == "__main__":
+    q = mp.Queue()
+    procs = [mp.Process(target=work, args=(q,)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    with open(sys.argv[1], "w") as f:
+        f.write(" ".join(str(p.pid) for p in procs))
+    for p in procs:
+        p.join()
+"""
+
+
+def test_the_launcher_under_a_wrapper_is_not_a_worker(tmp_path: Path):
+    """--pid of a shell script that runs `python launch.py` (a multiprocessing launcher): the
+    launcher waits for its children and is not counted with them."""
+    launcher = tmp_path / "launch.py"
+    launcher.write_text(textwrap.dedent(MP_LAUNCHER))
+    pids_file = tmp_path / "pids"
     script = tmp_path / "run.sh"
-    ready = tmp_path / "ready.json"
-    script.write_text(f"#!/bin/sh\n{sys.executable} -m hangdoctor.scenarios.postload --workers 2 "
-                      f"--ready-file {ready} --max-lifetime 120\n")  # fmt: skip
+    script.write_text(f"#!/bin/sh\n{sys.executable} {launcher} {pids_file}\necho done\n")
     script.chmod(0o755)
-    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    shell = subprocess.Popen([str(script)], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    shell = subprocess.Popen([str(script)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        info = json.loads(ready.read_text())
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not (pids_file.exists() and pids_file.read_text().strip()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        worker_pids = {int(x) for x in pids_file.read_text().split()}
+        time.sleep(0.3)
         a, _ = diagnose_json("--pid", str(shell.pid), "--window", "0.5")
     finally:
-        # the launcher makes its own session: end it by the pid its ready file gave, then ours
-        if ready.exists():
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(json.loads(ready.read_text())["launcher_pid"], signal.SIGKILL)
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(shell.pid, signal.SIGKILL)
+        os.killpg(shell.pid, signal.SIGKILL)  # its own session: the shell, launcher, workers
         shell.wait()
     workers = {r["pid"] for r in a["ranks"] if r["is_worker"]}
-    assert workers == set(info["worker_pids"]), (workers, info)
-    assert "all 2 workers' main threads wait" in a["causes"][0]["summary"]
+    assert workers == worker_pids, (workers, worker_pids)
+    assert "all 2 workers' main threads wait" in a["causes"][0]["summary"], a["causes"]
 
 
 def test_torchrun_agent_is_a_launcher_not_an_api_server():

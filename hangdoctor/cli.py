@@ -286,9 +286,10 @@ def _preflight(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str
                 raise UsageError(f"no process {pid} on {t.name}",
                                  "check the PID: ps -eo pid,cmd | grep -iE 'vllm|sglang|python'")
         log = opts.get("log")
-        if log and not os.path.isfile(log):
-            why = "is not a regular file" if os.path.exists(log) else "does not exist"
-            raise UsageError(f"--log {log} {why} on {t.name}", "give the server's log file")
+        # Only a path that is not there: a FIFO or a device is the probe's to refuse (it
+        # never opens one), with the rest of the evidence collected.
+        if log and not os.path.lexists(log):
+            raise UsageError(f"--log {log} does not exist on {t.name}", "give the server's log file")
 
 
 def _refuse_missing_pids(results: list[Any], by_host: dict[str, list[int]]) -> None:
@@ -560,11 +561,13 @@ def _per_tree(analysis: dict[str, Any], snapshots: list[dict[str, Any]], checks:
 
 
 def _given_source_failed(results: list[Any], kw: dict[str, Any]) -> bool:
-    """A source the user named (--log) that could not be read on a host: exit 4, as for a
-    host that could not be collected (the summary says which and why)."""
+    """A --log that does not exist on a host (found out there, after collection): exit 4, as
+    for a source that could not be collected; the summary says which and why. A log that is
+    there but could not be read whole (rotated into a FIFO mid-window) keeps the verdict's code."""
     if not kw.get("log"):
         return False
     return any(isinstance(m, dict) and m.get("source") == "log" and m.get("status") == "failed"
+               and "No such file" in str(m.get("detail") or "")
                for r in results for m in (r.snapshot or {}).get("manifest") or [])
 
 
@@ -612,7 +615,6 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
 
 MAX_BUNDLE_MEMBER_BYTES = 512 << 20
 MAX_DIR_FILES = 500
-_SOURCE_PATHS: dict[str, str] = {}  # the name read_input gave an input -> the path as typed
 
 
 def _bundle_documents(path: str) -> dict[str, str] | None:
@@ -682,8 +684,11 @@ def _looks_binary(text: str) -> bool:
     return odd > 0.05 * len(head)
 
 
-def _read_documents(paths: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[tuple[str, str]], list[str]]:
-    """Split inputs into saved snapshots, raw text evidence, and inputs with nothing to read."""
+def _read_documents(
+    paths: tuple[str, ...],
+) -> tuple[list[dict[str, Any]], list[tuple[str, str]], list[str], dict[str, str]]:
+    """Split inputs into saved snapshots, raw text evidence, and inputs with nothing to read;
+    and map the name each text got to the path as typed (for messages)."""
     from hangdoctor.parsers.assemble import read_input
     from hangdoctor.parsers.detect import sniff_json_document
     from hangdoctor.snapshot.io import load_snapshot_text
@@ -691,6 +696,7 @@ def _read_documents(paths: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[
     snapshots: list[dict[str, Any]] = []
     texts: list[tuple[str, str]] = []
     unrecognised: list[str] = []
+    typed: dict[str, str] = {}
     for p in _expand_inputs(paths):
         bundle = _bundle_documents(p) if p != "-" else None
         if bundle is not None:
@@ -701,7 +707,7 @@ def _read_documents(paths: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[
             continue
         try:
             name, text = read_input(p)
-            _SOURCE_PATHS[name] = p
+            typed[name] = p
         except HangdoctorError:
             raise
         except Exception as exc:  # the parser's own InputError may not subclass ours
@@ -715,7 +721,7 @@ def _read_documents(paths: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[
             unrecognised.append(p if p != "-" else name)
         else:
             texts.append((name, text))
-    return snapshots, texts, unrecognised
+    return snapshots, texts, unrecognised, typed
 
 
 _WHAT_IS_READ = ("give py-spy dumps, faulthandler dumps, tracebacks, server / NCCL logs, dmesg, "
@@ -734,14 +740,14 @@ def analyze(evidence: tuple[str, ...], output: str | None, fmt: str | None, as_j
 
     check_report_path(output, fmt)
     checks = _load_checks(checks_dirs)
-    snapshots, texts, unrecognised = _read_documents(evidence)
+    snapshots, texts, unrecognised, typed = _read_documents(evidence)
     if texts:
         from hangdoctor.parsers.assemble import analyze_inputs
 
         pasted = analyze_inputs(texts)
         entries = {e.get("source"): e for e in pasted.get("pasted") or [] if isinstance(e, dict)}
         empty = [n for n, _t in texts if n in entries and not entries[n].get("kinds")]
-        unrecognised += [_SOURCE_PATHS.get(n, n) for n in empty]
+        unrecognised += [typed.get(n, n) for n in empty]
         if len(empty) < len(texts):
             snapshots.append(pasted)
     if unrecognised and not snapshots:

@@ -136,7 +136,9 @@ def _lock_signals(ev: Evidence) -> list[Signal]:
         text = (f"{label} thread {t.name or t.tid!s} is blocked acquiring a lock at {at} ({how})")
         if others:
             held = "; ".join(f"{o.name or o.tid} at {o.top.short if o.top else '?'}" for o in others[:2])
-            text += f"; the other {'thread' if len(others) == 1 else 'threads'}, one of which holds it: {held}"
+            holder = ("the one other thread, which holds it" if len(others) == 1
+                      else f"{len(others)} other threads, one of which holds it")
+            text += f"; {holder}: {held}"
         if len(waiting) > 1:
             text += f"; {_plural(len(waiting) - 1, 'more thread')} wait the same way"
         out.append(support("lock-contention", weight, text, [f"pid:{pid}"]))

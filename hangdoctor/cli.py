@@ -278,10 +278,12 @@ def _preflight(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str
     that does not exist here, a --log file that is not here. (On a remote host the probe finds
     out; a missing pid is then refused after collection, a missing log is a source that failed.)
     """
+    if opts.get("take_what_there_is"):
+        return  # snapshot / watch: the bundle is written whatever is missing, and says what
     for t in targets:
         if not _is_local(t.name):
             continue
-        for pid in [] if opts.get("gone_pids_ok") else by_host.get(t.name) or []:
+        for pid in by_host.get(t.name) or []:
             if not os.path.exists(f"/proc/{pid}"):
                 raise UsageError(f"no process {pid} on {t.name}",
                                  "check the PID: ps -eo pid,cmd | grep -iE 'vllm|sglang|python'")
@@ -469,7 +471,7 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     with progress:
         results = _collect(targets, by_host, kw, probes_started)
     warmer.join()
-    if not kw.get("gone_pids_ok"):
+    if not kw.get("take_what_there_is"):
         _refuse_missing_pids(results, by_host)
     if "error" in warm:
         raise warm["error"]

@@ -221,8 +221,9 @@ def take_snapshot(
     write_reserve_s = max(1.0, margin_s / 2)
     collect_kw = {k: kw.get(k) for k in COLLECTION_KEYS}
     # A pre-kill bundle is written whatever the host does: for a pid that is gone the bundle
-    # (log tail, kernel log: an OOM kill) still says why, and the verdict is "dead".
-    collect_kw["gone_pids_ok"] = True
+    # (log tail, kernel log: an OOM kill) still says why, and the verdict is "dead"; a --log
+    # that is not there is a source that failed, in the bundle's manifest.
+    collect_kw["take_what_there_is"] = True
     collect_s = max(MIN_COLLECT_S, t0 + deadline_s - margin_s - time.monotonic())
     collect_kw["deadline"] = collect_s
     # A tight deadline shrinks the sampling window rather than losing the whole snapshot.

@@ -598,3 +598,21 @@ def test_help_texts_and_metavars():
     assert "report format when -o's suffix does not say" in rep
     assert "also load the checks in this folder" in rep
     assert "Without -o the report goes to stdout" in rep
+
+
+def test_snapshot_still_writes_its_bundle_with_a_missing_log(tmp_path: Path):
+    """The pre-kill bundle is the exception to refusing early (README): a hook must get it."""
+    sleeper = subprocess.Popen(["sleep", "60"])
+    out = tmp_path / "b.tar.gz"
+    try:
+        proc = run_hangdoctor("snapshot", "localhost", "--pid", str(sleeper.pid), "--window", "0.2",
+                              "--log", "/nonexistent.log", "-o", str(out))  # fmt: skip
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert proc.returncode != 2 and out.exists(), proc.stderr
+    with tarfile.open(out) as t:
+        member = next(m for m in t.getmembers() if m.name.endswith("/snapshot.json"))
+        snap = json.loads(t.extractfile(member).read())  # type: ignore[union-attr]
+    log = next(m for m in snap["manifest"] if m["source"] == "log")
+    assert log["status"] == "failed" and "No such file" in log["detail"]

@@ -616,3 +616,23 @@ def test_snapshot_still_writes_its_bundle_with_a_missing_log(tmp_path: Path):
         snap = json.loads(t.extractfile(member).read())  # type: ignore[union-attr]
     log = next(m for m in snap["manifest"] if m["source"] == "log")
     assert log["status"] == "failed" and "No such file" in log["detail"]
+
+
+def test_proc_locks_lines_are_parsed_with_waiters_and_ofd_locks():
+    from hangdoctor.collect.locks import parse_proc_locks
+
+    text = (
+        "1: POSIX  ADVISORY  WRITE 4242 08:01:1234 0 EOF\n"
+        "2: FLOCK  ADVISORY  WRITE 4343 fe:00:2146513 0 EOF\n"
+        "2: -> FLOCK  ADVISORY  WRITE 4444 fe:00:2146513 0 EOF\n"
+        "3: OFDLCK ADVISORY  READ -1 00:06:3 0 EOF\n"
+        "garbage\n"
+    )
+    locks = parse_proc_locks(text)
+    assert [(x["id"], x["waiting"], x["kind"], x["pid"], x["inode"]) for x in locks] == [
+        (1, False, "POSIX", 4242, 1234),
+        (2, False, "FLOCK", 4343, 2146513),
+        (2, True, "FLOCK", 4444, 2146513),
+        (3, False, "OFDLCK", None, 3),
+    ]
+    assert locks[1]["dev"] == "fe:00"

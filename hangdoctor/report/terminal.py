@@ -104,7 +104,7 @@ def _uncollected(analysis: dict) -> list[str]:
         if not isinstance(m, dict) or m.get("status") not in ("failed", "denied", "timeout"):
             continue
         source = str(m.get("source") or "")
-        if source.startswith("stacks:") or source == "http":
+        if source.startswith(("stacks:", "http")):
             continue  # "stacks" says it for all of them; a port that does not answer is evidence
         detail = str(m.get("detail") or m.get("status"))
         remedy = f" ({m['remedy']})" if m.get("remedy") else ""

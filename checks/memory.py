@@ -27,7 +27,8 @@ def memory_host(ev: Evidence):
         if swapped > 256:
             signals.append(support("host-oom-or-swap", 0.5, f"{host}: {swapped} pages swapped in/out during the window"))
         if (hm.get("oom_kill_delta") or 0) > 0:
-            signals.append(support("host-oom-or-swap", 0.6, f"{host}: the kernel OOM-killed {hm['oom_kill_delta']} process(es) during the window"))
+            signals.append(support("host-oom-or-swap", 0.6, f"{host}: the kernel OOM-killed {hm['oom_kill_delta']} "
+                                   f"process{'es' if hm['oom_kill_delta'] != 1 else ''} during the window"))
     for host, shm in ev.shm:
         total = shm.get("total_bytes") or 0
         free = shm.get("free_bytes") or 0

@@ -30,7 +30,7 @@ def ranks_expected(ev: Evidence):
             missing = sorted(set(range(expected)) - live_ranks) if live_ranks else []
             dead = [p for p in workers if not p.alive]
             text = (f"{count} of {expected} expected ranks alive ({source})"
-                    + (f"; missing rank(s) {', '.join(map(str, missing))}" if missing else ""))
+                    + (f"; missing rank{'s' if len(missing) != 1 else ''} {', '.join(map(str, missing))}" if missing else ""))
             odd = [{"host": p.host, "pid": p.pid, "rank": p.rank, "why": "not alive"} for p in dead]
             if not odd and missing:
                 odd = [{"pid": None, "rank": m, "why": "no live process has this rank"} for m in missing]
@@ -57,13 +57,16 @@ def ranks_expected(ev: Evidence):
             idx = ", ".join(str(g.index) for g in freed)
             signals.append(support("rank-died", 0.45,
                                    f"GPU {idx} on {host} has no process and its memory was freed, "
-                                   f"while {len(loaded)} other GPU(s) still hold weights"))
+                                   f"while {len(loaded)} other GPU{'s' if len(loaded) != 1 else ''} still "
+                                   f"{'hold' if len(loaded) != 1 else 'holds'} weights"))
     if signals:
         return fired(signals[0].text, *signals)
     if expected is not None and workers:
         return cleared(f"{len(live_ranks) or len(live)} of {expected} expected ranks alive",
                        against("rank-died", 0.6, f"all {expected} expected ranks are alive ({source})"))
     if workers and all(p.alive for p in workers):
-        return cleared(f"{len(workers)} workers alive; expected world size unknown",
-                       against("rank-died", 0.3, f"all {len(workers)} workers seen are alive"))
+        n = len(workers)
+        return cleared(f"{n} worker{'s' if n != 1 else ''} alive; expected world size unknown",
+                       against("rank-died", 0.3, "the one worker seen is alive" if n == 1
+                               else f"all {n} workers seen are alive"))
     return cleared("no worker processes to count")

@@ -220,6 +220,10 @@ def take_snapshot(
     # What is left after the collection wait: analysis (in the thread) must be done by then.
     write_reserve_s = max(1.0, margin_s / 2)
     collect_kw = {k: kw.get(k) for k in COLLECTION_KEYS}
+    # A pre-kill bundle is written whatever the host does: for a pid that is gone the bundle
+    # (log tail, kernel log: an OOM kill) still says why, and the verdict is "dead"; a --log
+    # that is not there is a source that failed, in the bundle's manifest.
+    collect_kw["take_what_there_is"] = True
     collect_s = max(MIN_COLLECT_S, t0 + deadline_s - margin_s - time.monotonic())
     collect_kw["deadline"] = collect_s
     # A tight deadline shrinks the sampling window rather than losing the whole snapshot.
@@ -410,7 +414,12 @@ def snapshot_main(
         from hangdoctor.report.render import render_terminal
 
         try:
-            click.echo(render_terminal(outcome.analysis, color=sys.stderr.isatty()), err=True)
+            width, use_color = _cli().terminal_style(sys.stderr)
+            click.echo(
+                render_terminal(outcome.analysis, color=use_color, width=width).rstrip("\n"),
+                err=True,
+                color=use_color,
+            )
         except Exception as exc:  # the summary is a courtesy; the bundle is written
             click.echo(f"hangdoctor: warning: no terminal summary: {exc}", err=True)
         click.echo(f"bundle: {outcome.bundle} ({outcome.duration_s:.1f} s)", err=True)
@@ -433,9 +442,20 @@ HANGDOCTOR_EXIT_CODE, HANGDOCTOR_TOP_CAUSE and HANGDOCTOR_HOST set. hangdoctor
 itself never signals the server: only your --then command may."""
 
 
+def _url_port(url: str) -> int | None:
+    """The TCP port a health URL names (80/443 by default)."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        return parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        return None
+
+
 def watch_main(
     host: str,
-    url: str | None,
+    url: tuple[str, ...] | str | None,
     interval_s: float,
     after_s: float,
     then_cmd: str | None,
@@ -459,19 +479,30 @@ def watch_main(
     from hangdoctor.target.multi import parse_pid_args
 
     ports = list(kw.get("port") or [])
+    urls = [url] if isinstance(url, str) else list(url or [])
     if kw.get("hosts_file"):
         raise UsageError("watch takes one HOST, not --hosts", "run one watch per host")
     # Refuse bad --pid / --checks-dir now, not at the first incident hours later.
     parse_pid_args(list(kw.get("pids") or []), [host])
     _cli()._load_checks(kw.get("checks_dirs") or ())
-    if not url and not ports:
+    if not urls and not ports:
         raise UsageError(
             "nothing to watch", "give --url http://HOST:PORT/health and/or --port PORT"
         )
-    if url and not url.lower().startswith(("http://", "https://")):
-        raise UsageError(
-            f"--url {url!r} is not an http(s) URL", "e.g. --url http://127.0.0.1:8000/health"
-        )
+    for u in urls:
+        if not u.lower().startswith(("http://", "https://")) or _url_port(u) is None:
+            raise UsageError(
+                f"--url {u!r} is not an http(s) URL", "e.g. --url http://127.0.0.1:8000/health"
+            )
+    if not kw.get("pids"):
+        # Without --pid, the snapshot is of the process that listens on the watched port(s),
+        # not of whatever other server runs on the host.
+        snap_ports = list(ports)
+        for u in urls:
+            port = _url_port(u)
+            if port is not None and port not in snap_ports:
+                snap_ports.append(port)
+        kw = dict(kw, port=tuple(snap_ports))
     try:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as exc:
@@ -487,8 +518,8 @@ def watch_main(
 
     def poll() -> Any:
         details = []
-        if url:
-            health = watch_mod.check_url(url, timeout_s)
+        for u in urls:
+            health = watch_mod.check_url(u, timeout_s)
             if not health.ok:
                 return health
             details.append(health.detail)
@@ -548,7 +579,7 @@ def watch_main(
         stop.set()
 
     old_handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
-    what = " and ".join(filter(None, [url, ", ".join(f"port {p}" for p in ports)]))
+    what = " and ".join(filter(None, [", ".join(urls), ", ".join(f"port {p}" for p in ports)]))
     log(
         f"watching {host}: {what} every {interval_s:g} s; snapshot after {after_s:g} s failing, into {out_dir}"
     )
@@ -604,8 +635,11 @@ def _build_commands() -> list[click.Command]:
     @click.argument("host")
     @click.option(
         "--url",
-        default=None,
-        help="health URL to poll (healthy: 2xx/3xx in time), e.g. http://127.0.0.1:8000/health",
+        multiple=True,
+        metavar="URL",
+        help="health URL to poll (healthy: 2xx/3xx in time), e.g. http://127.0.0.1:8000/health; "
+        "repeat to watch several (all must answer); without --pid the snapshot is of the "
+        "process listening on its port",
     )
     @_collection_options(
         SNAPSHOT_DEADLINE_S,

@@ -36,11 +36,13 @@ as_root() {
     fi
 }
 
-# --- system packages: the ssh and browser tests use the real things.
+# --- system packages: the ssh, browser and terminal tests use the real things.
 apt_missing=()
 [ -x /usr/sbin/sshd ] || apt_missing+=(openssh-server)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
     apt_missing+=(chromium)
+# tmux holds an 80- and a 200-column terminal for the new-user test (tests/test_newuser_readme.py)
+command -v tmux >/dev/null 2>&1 || apt_missing+=(tmux)
 if [ "${#apt_missing[@]}" -gt 0 ]; then
     echo "run-all: apt-get install ${apt_missing[*]}" >&2
     as_root apt-get update -q

@@ -71,9 +71,10 @@ def test_empty_and_binary_input_are_clear(hangdoctor_cli, tmp_path: Path) -> Non
     junk = tmp_path / "junk.bin"
     junk.write_bytes(bytes(range(256)) * 64)
     for f in (empty, junk):
+        # nothing to read is bad input (issue 17): one line naming the file, exit 2, no JSON
         proc = hangdoctor_cli("analyze", str(f), "--json", "-q")
         assert "Traceback" not in proc.stderr
-        a = json.loads(proc.stdout)
-        assert a["verdict"] == "inconclusive"
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert f"nothing recognised in {f}" in proc.stderr
     proc = hangdoctor_cli("analyze", str(tmp_path / "missing.txt"))
     assert proc.returncode == 2 and "missing.txt" in proc.stderr and "Traceback" not in proc.stderr

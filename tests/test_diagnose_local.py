@@ -136,7 +136,9 @@ def test_no_pid_discovers_servers(run_scenario, hangdoctor_cli, tmp_path):
     assert "found" in proc.stderr
 
 
-def test_dead_pid_is_dead_not_a_traceback(hangdoctor_cli, tmp_path):
+def test_reaped_pid_is_no_such_process_not_a_traceback(hangdoctor_cli, tmp_path):
+    """A pid with no process is a usage error (issue 17: a typo must not read as DEAD to a
+    restart script): one line, exit 2, no JSON. A zombie root is still DEAD (test_checks)."""
     import subprocess
     import sys
 
@@ -144,8 +146,8 @@ def test_dead_pid_is_dead_not_a_traceback(hangdoctor_cli, tmp_path):
     p.wait()
     proc = hangdoctor_cli("diagnose", "localhost", "--pid", str(p.pid), "--window", "0.5", "--json")
     assert "Traceback" not in proc.stderr
-    a = json.loads(proc.stdout)
-    assert a["verdict"] == "dead" and proc.returncode == 6
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert f"no process {p.pid} on localhost" in proc.stderr
 
 
 def test_demo_diagnoses_its_built_in_server_and_stops_it(hangdoctor_cli, tmp_path):

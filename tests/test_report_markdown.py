@@ -77,7 +77,7 @@ def test_odd_rank_is_marked():
     assert rows["9104"] == "**odd**"
     assert rows["9101"] == rows["9102"] == rows["9103"] == ""
     assert "**rank 3** (pid 9104): in broadcast while ranks 0-2 are in all\\_reduce" in md
-    assert "<details open><summary>ODD ONE OUT · 1 × ranks 3 · collective:broadcast" in md
+    assert "<details open><summary>ODD ONE OUT · 1 × rank 3 · collective:broadcast" in md
 
 
 def test_failed_host_and_its_error():

@@ -63,3 +63,53 @@ def test_healthy_summary():
         "hangdoctor: HEALTHY — port 30000 answered /health in 12 ms and GET /v1/models in 15 ms"
     )
     assert "no cause scored above the threshold" in out
+
+
+def _long_next(a: dict[str, Any]) -> dict[str, Any]:
+    a = dict(a)
+    a["next_command"] = ("hangdoctor diagnose gpu-node-with-a-long-name --pid 46294 --native --window 10 "
+                         "-o /var/tmp/hang-reports/report.html   # native frames show where CUDA/NCCL waits")  # fmt: skip
+    return a
+
+
+def test_no_width_cuts_nothing():
+    a = _long_next(load("deadlock"))
+    a["causes"][1]["summary"] = "x " * 200
+    out = render_terminal(a, width=None)
+    assert "…" not in out and "cut at" not in out
+    assert "  next: " + " ".join(a["next_command"].split()) in out.splitlines()
+    assert ("x " * 200).strip() in out
+    assert "not collected: http" not in out  # a port that does not answer is evidence, not a gap
+
+
+def test_the_next_command_wraps_and_is_never_cut():
+    a = _long_next(load("deadlock"))
+    out = render_terminal(a, width=60)
+    lines = out.splitlines()
+    assert all(len(x) <= 60 for x in lines), out
+    at = next(i for i, x in enumerate(lines) if x.startswith("  next: "))
+    assert lines[at] == "  next: # native frames show where CUDA/NCCL waits"
+    body = []
+    for x in lines[at + 1 :]:
+        body.append(x.strip().removesuffix("\\").strip())
+        if not x.endswith("\\"):
+            break
+    assert " ".join(body) == a["next_command"].split("   #")[0]
+
+
+def test_cut_rows_say_how_to_see_them_whole():
+    a = load("deadlock")
+    a["causes"][1]["summary"] = "a long piece of evidence " * 10
+    out = render_terminal(a, width=80)
+    assert "(cut at 80 columns: --wide or -o report.html shows all)" in out
+    assert all(len(x) <= 80 for x in out.splitlines())
+
+
+def test_facts_without_a_cause_are_shown():
+    a = load("healthy")
+    a["checks"] = [{"id": "process.alive", "verdict": "fired", "signals": [
+        {"cause": None, "weight": 0.0, "text": "pid 7 [python3] is stopped (state T: SIGSTOP or a debugger)"},
+        {"cause": "rank-died", "weight": 0.7, "text": "worker pid 8 exited"}]}]  # fmt: skip
+    out = render_terminal(a)
+    assert "  ! pid 7 [python3] is stopped (state T: SIGSTOP or a debugger)" in out
+    assert "worker pid 8 exited" not in out  # a cause's evidence is in its row, not a note

@@ -31,6 +31,7 @@ PROBE_MODULES = [
     "hangdoctor.collect.processes",
     "hangdoctor.collect.sources",
     "hangdoctor.collect.nccl",
+    "hangdoctor.collect.locks",
     "hangdoctor.collect.probe",
 ]
 

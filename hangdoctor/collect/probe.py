@@ -22,7 +22,7 @@ import threading
 import time
 
 from hangdoctor import redact
-from hangdoctor.collect import procfs, pyspy, sources
+from hangdoctor.collect import locks, procfs, pyspy, sources
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.collect.processes import ProcReader, discover
 
@@ -137,12 +137,29 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     roots = list(cfg.root_pids)
     discovered = not roots
     discovery = []  # type: List[Dict[str, Any]]
+    by_port = locks.listeners(cfg.ports, proc, own) if discovered and cfg.ports else {}
     if discovered:
         discovery = discover(proc, own)
         roots = [d["pid"] for d in discovery]
         man.add("discovery", "ok", time.monotonic() - t0,
                 "%d inference-server process tree(s) found" % len(roots) if roots
                 else "no inference-server processes found on this host")
+    if by_port:
+        # --port without --pid: the process listening on it (under its server root) is the
+        # target; other servers on the host are not mixed in
+        chosen = []  # type: List[Dict[str, Any]]
+        for port in cfg.ports:
+            for pid in by_port.get(port, []):
+                root = locks.server_root(pid, roots, proc)
+                if root not in [c["pid"] for c in chosen]:
+                    chosen.append({"pid": root, "kind": "listens on port %d" % port,
+                                   "cmdline": " ".join(procfs.cmdline(root, proc) or [])[:300]})
+        discovery, roots = chosen, [c["pid"] for c in chosen]
+        man.add("discovery", "ok", 0.0, "the process(es) listening on port(s) %s" % ", ".join(
+            str(p) for p in cfg.ports if p in by_port))
+    elif discovered and cfg.ports:
+        snap["notes"].append("nothing listens on port %s; the servers were found by their "
+                             "command lines" % ", ".join(str(p) for p in cfg.ports))
     snap["targets"] = {"root_pids": roots, "discovered": discovered, "discovery": discovery}
 
     # process tree + sample A
@@ -185,6 +202,14 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                 pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(r.record.get("status")),
                 native=cfg.native, with_locals=cfg.locals, sudo=cfg.sudo)
     mem_a, vm_a = procfs.meminfo(proc), procfs.vmstat(proc)
+    # file locks the tree holds or waits on (and who holds them), FIFOs it reads: locks.py
+    t_locks = time.monotonic()
+    try:
+        snap["file_locks"] = locks.collect([r.record for r in readers], proc)
+        man.add("file_locks", snap["file_locks"]["status"], time.monotonic() - t_locks,
+                "%d /proc/locks line(s) involve the tree" % len(snap["file_locks"]["locks"]))
+    except Exception as exc:  # one source must not stop the probe
+        man.add("file_locks", "failed", time.monotonic() - t_locks, str(exc))
     denied_env = [r.pid for r in readers if r.record.get("env_status") == "denied"]
     # the backend is named after the window: psutil's presence needs site-packages
     man.add("processes", "ok" if readers or not roots else "failed", time.monotonic() - t0,

@@ -34,6 +34,8 @@ _RANK_PATTERNS = [
     re.compile(r"(?:^|[\s_:-])TP(\d+)\b"),
     re.compile(r"\brank[=_ ](\d+)\b", re.IGNORECASE),
 ]
+_LAUNCHERS = re.compile(r"\btorchrun\b|torch\.distributed\.(run|launch)\b|\bdeepspeed\b.*--launcher|"
+                        r"torch/distributed/(run|launch)\.py")
 _COMPILER_NAMES = re.compile(r"^(nvcc|ptxas|cicc|cudafe\+\+|fatbinary|nvlink|gcc|g\+\+|cc1plus|ld)$")
 _TORCH_THREADS = ("pt_gloo_runloop", "gloo_tcp_loop", "pt_tcpstore_uv", "pt_nccl_watchdg",
                   "pt_nccl_heartbt", "pt_autograd")
@@ -155,6 +157,10 @@ def _role_of(pid: int, root: int, argv: List[str], name: str, listen: List[Any],
         return "compiler"
     if "EngineCore" in text or "EngineCore" in name:
         return "engine"
+    if rank is None and _LAUNCHERS.search(text):
+        # torchrun's elastic agent: it listens on the c10d store port (MASTER_PORT), which is
+        # no API, and runs torch threads, but it is no worker
+        return "launcher"
     if rank is not None or is_torch or "Worker" in name or "scheduler_TP" in name:
         if pid != root or rank is not None:
             return "worker"

@@ -291,9 +291,12 @@ class Evidence:
         ws = [p for p in ws if p.role == "worker"] or ws
         if not ws:
             pys = [p for p in self.processes if p.is_python or (p.host, p.pid) in self.stacks]
-            # a launcher that only waits for its children is not a worker
+            # a launcher that only waits for its children is not a worker, whether it is the
+            # root or sits under one (`--pid` of a shell script that runs `python launch.py`)
             non_root = [p for p in pys if p not in self.roots]
-            ws = non_root or pys
+            parents = {(p.host, p.ppid) for p in non_root if p.role != "compiler"}
+            leaves = [p for p in non_root if (p.host, p.pid) not in parents or p.rank is not None]
+            ws = leaves or non_root or pys
         return sorted(ws, key=lambda p: (p.host, p.rank if p.rank is not None else 1 << 30, p.pid))
 
     @cached_property

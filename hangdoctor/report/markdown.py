@@ -224,10 +224,13 @@ def _stacks(v: dict[str, Any]) -> list[str]:
     def render(groups: list[dict[str, Any]], max_frames: int) -> str:
         parts = ["## Stacks grouped by signature\n"]
         for g in groups:
-            ranks = ", ".join(str(r) for r in g["ranks"] if r is not None) or "–"
+            known = [str(r) for r in g["ranks"] if r is not None]
             pids = ", ".join(str(p) for p in g["pids"][:16]) + (" …" if len(g["pids"]) > 16 else "")
+            # without rank numbers, the group names its pids ("1 × pid 4242", not "1 × rank –")
+            who = (f"rank{'s' if len(known) != 1 else ''} {', '.join(known)}" if known else
+                   f"pid{'s' if len(g['pids']) != 1 else ''} {pids}")  # fmt: skip
             label = (
-                f"{'ODD ONE OUT · ' if g['odd'] else ''}{g['count']} × ranks {ranks} · "
+                f"{'ODD ONE OUT · ' if g['odd'] else ''}{g['count']} × {who} · "
                 f"{g['wait_kind'] or 'unknown'} · {g['signature']}"
             )
             frames = g["frames"][:max_frames]

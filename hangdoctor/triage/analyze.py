@@ -328,7 +328,7 @@ def _weakened(ev: Evidence) -> list[str]:
     return out
 
 
-def _next_command(ev: Evidence, verdict: str) -> str:
+def _next_command(ev: Evidence, verdict: str, causes: list[dict[str, Any]] | None = None) -> str:
     hosts = [(s.get("host") or {}).get("name", "HOST") for s in ev.snapshots]
     host = hosts[0] if hosts and hosts[0] else "HOST"
     roots = ev.roots
@@ -341,9 +341,52 @@ def _next_command(ev: Evidence, verdict: str) -> str:
                 f"hangdoctor diagnose {host}{pid} --window 10 -o report.html")
     if verdict in ("progressing", "inconclusive"):
         return f"hangdoctor diagnose {host}{pid} --window 30 -o report.html   # a longer window tells slow from stuck"
-    if not ev.has("log"):
+    # --- issue 17: the next command follows what was already collected (--native, a GPU).
+    native_done = any(isinstance(e, dict) and e.get("native")
+                      for s in ev.snapshots for e in (s.get("stacks") or {}).values())
+    strong = bool(causes) and causes[0]["score"] >= 0.5
+    if not ev.has("log") and not strong:
         return f"hangdoctor diagnose {host}{pid} --log /path/to/server.log -o report.html"
-    return f"hangdoctor diagnose {host}{pid} --native -o report.html   # native frames show where CUDA/NCCL waits"
+    if not native_done:
+        why = ("native frames show where CUDA/NCCL waits" if ev.gpus
+               else "native frames show the C call each thread is blocked in")
+        return f"hangdoctor diagnose {host}{pid} --native -o report.html   # {why}"
+    steps = [st for c in (causes or [])[:1] for st in c.get("next_steps") or []]
+    if steps:
+        return steps[0]
+    return f"hangdoctor diagnose {host}{pid} --native --window 30 -o report.html   # a longer window"
+    # --- end issue 17
+
+
+# --- issue 17: no NCCL advice for a job without NCCL (gloo on CPU)
+def _uses_nccl(ev: Evidence) -> bool:
+    """A rank with PyTorch's NCCL watchdog or NCCL's own threads, or a GPU: else (gloo on
+    CPU, pasted evidence without either) NCCL settings cannot be what to change."""
+    if ev.gpus:
+        return True
+    for p in ev.processes:
+        if any(str(t.get("name") or "").startswith(("NCCL", "pt_nccl_")) for t in p.threads or []
+               if isinstance(t, dict)):
+            return True
+    for ps in ev.stacks.values():
+        if ps.ok and any(t.name.startswith(("NCCL", "pt_nccl_")) for t in ps.threads):
+            return True
+    return ev.origin != "live" and not ev.processes  # a paste without processes: cannot tell
+
+
+def _backend_steps(ev: Evidence, steps: tuple[str, ...]) -> list[str]:
+    if _uses_nccl(ev):
+        return list(steps)
+    out = []
+    for st in steps:
+        if "NCCL" in st.split("#")[0]:
+            if st.startswith("TORCH_NCCL_TRACE"):
+                out.append("TORCH_DISTRIBUTED_DEBUG=DETAIL  # rerun: every collective is checked "
+                           "against the other ranks' (gloo and NCCL)")
+            continue  # no NCCL in this job: its settings cannot be what to change
+        out.append(st)
+    return out
+# --- end issue 17
 
 
 def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
@@ -385,7 +428,7 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
             "symptom_only": symptom_only,
             "summary": a["for"][0]["text"],
             "evidence": a["for"], "against": a["against"],
-            "next_steps": [_fill(s, ev, odd) for s in (c.next_steps if c else ())],
+            "next_steps": [_fill(s, ev, odd) for s in _backend_steps(ev, c.next_steps if c else ())],
             "odd_ones_out": odd,
         })
     # a cause that only downstream symptoms speak for ranks below every mechanism
@@ -518,7 +561,7 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         "known_issues": facts.get("known_issues") or [],
         "next_experiment": choose_experiment(causes, facts.get("env_facts") or {}, facts.get("known_issues")),
         "environment": facts.get("environment") or {},
-        "next_command": _next_command(ev, verdict),
+        "next_command": _next_command(ev, verdict, causes),
         "intrusion": intrusion,
         "problems": problems,
         "facts": {"moving": facts["moving"], "still": facts["still"], "answering": facts["answering"]},

@@ -68,7 +68,7 @@ CAUSES: dict[str, Cause] = {
         Cause("lock-contention", "Waiting on a file lock or a lock held elsewhere",
               ("cat /proc/locks; lsof | grep -i lock   # who holds it, and is that holder alive?",
                "remove a stale lock (HF hub *.lock, torch_extensions baton) only after its holder is gone")),
-        Cause("frontend-hang", "The API front end is stuck while the engine is fine",
+        Cause("frontend-hang", "The API front end does not answer",
               ("curl -m 5 -v http://127.0.0.1:{port}/health",
                "py-spy dump --pid {pid}   # the API server: tokenizer, blocked event loop, lock?")),
         Cause("request-deadlock", "A request or batch wedged the scheduler after serving",

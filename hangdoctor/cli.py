@@ -44,7 +44,9 @@ Exit codes:
 
 
 def _err(msg: str) -> None:
-    click.echo(msg, err=True)
+    from hangdoctor.textsafe import clean_text  # remote text never reaches the terminal raw
+
+    click.echo(clean_text(msg), err=True)
 
 
 class _Group(click.Group):
@@ -304,11 +306,25 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     return analysis, results, time.monotonic() - t0
 
 
-def _save_snapshots(path: str, results: list[Any]) -> None:
+def _companions_ok(output: str) -> bool:
+    """A snapshot is saved next to -o only when -o is (or will be) a regular file: never
+    ``/dev/stdout.snapshot.json``."""
+    import os
+    import stat
+
+    try:
+        return stat.S_ISREG(os.stat(output).st_mode)
+    except OSError:
+        return not os.path.islink(output)
+
+
+def _save_snapshots(path: str, results: list[Any], derived: bool = False) -> None:
     snaps = [r.snapshot for r in results if r.snapshot is not None]
     doc: Any = snaps[0] if len(snaps) == 1 else {"schema_version": 1, "hosts": snaps}
+    from hangdoctor.snapshot.io import write_snapshot_file
+
     try:
-        Path(path).write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")
+        write_snapshot_file(path, doc, derived=derived)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "choose a writable path") from None
 
@@ -327,11 +343,13 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
     analysis["wall_s"] = round(wall_s, 3)
     extra = []
     snap_path = kw.get("save_snapshot")
-    if not snap_path and kw.get("output"):
+    derived = False
+    if not snap_path and kw.get("output") and _companions_ok(kw["output"]):
         out = Path(kw["output"])
         snap_path = str(out.with_name(out.stem + ".snapshot.json"))
+        derived = True  # a predictable name: never written through a symlink planted there
     if snap_path and any(r.snapshot for r in results):
-        _save_snapshots(snap_path, results)
+        _save_snapshots(snap_path, results, derived)
         extra.append(f"snapshot: {snap_path}")
     _emit(analysis, kw.get("output"), kw.get("fmt"), kw.get("as_json", False), kw.get("quiet", False), extra)
     failures = any(r.error for r in results)
@@ -340,24 +358,26 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
 
 # ------------------------------------------------------------------ analyze / report
 
-def _read_documents(paths: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
+def _read_documents(paths: tuple[str, ...], redact: bool = True
+                    ) -> tuple[list[dict[str, Any]], list[tuple[str, str]]]:
     """Split inputs into saved snapshots and raw text evidence."""
     from hangdoctor.parsers.assemble import read_input
     from hangdoctor.parsers.detect import sniff_json_document
-    from hangdoctor.snapshot.io import load_snapshot_text
+    from hangdoctor.snapshot.io import load_snapshot_text, read_snapshot_file
 
     snapshots: list[dict[str, Any]] = []
     texts: list[tuple[str, str]] = []
     for p in paths:
         try:
-            name, text = read_input(p)
+            whole = read_snapshot_file(p) if p != "-" else None  # our own documents: whole
+            name, text = (p, whole) if whole is not None else read_input(p)
         except HangdoctorError:
             raise
         except Exception as exc:  # the parser's own InputError may not subclass ours
             raise InputError(f"{p}: {exc}", "give a readable text file, or - for standard input") from None
         kind = sniff_json_document(text)
         if kind == "snapshot":
-            snapshots.extend(load_snapshot_text(text, name))
+            snapshots.extend(load_snapshot_text(text, name, redact=redact))
         elif kind == "analysis":
             raise InputError(f"{name} is an analysis, not evidence", "use: hangdoctor report FILE -o report.html")
         else:
@@ -365,22 +385,30 @@ def _read_documents(paths: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[
     return snapshots, texts
 
 
+_NO_REDACT_ON_LOAD = click.option(
+    "--no-redact", is_flag=True,
+    help="keep the secrets of a snapshot taken with --no-redact: for private use only")
+
+
 @main.command(epilog=EXIT_CODES_HELP)
 @click.argument("evidence", nargs=-1, required=True)
 @_output_options
+@_NO_REDACT_ON_LOAD
 def analyze(evidence: tuple[str, ...], output: str | None, fmt: str | None, as_json: bool,
-            checks_dirs: tuple[str, ...], quiet: bool) -> None:
+            checks_dirs: tuple[str, ...], quiet: bool, no_redact: bool = False) -> None:
     """Analyse saved snapshots or raw evidence pasted in a ticket (py-spy dumps, logs, dmesg,
     nvidia-smi, ps, env): any mix, any file names; - reads standard input."""
+    from hangdoctor.snapshot.io import mark_unredacted
     from hangdoctor.triage.analyze import analyze as run_analysis
 
     checks = _load_checks(checks_dirs)
-    snapshots, texts = _read_documents(evidence)
+    snapshots, texts = _read_documents(evidence, redact=not no_redact)
     if texts:
         from hangdoctor.parsers.assemble import analyze_inputs
 
         snapshots.append(analyze_inputs(texts))
     analysis = run_analysis(snapshots, checks, command=_command_line())
+    mark_unredacted(analysis, snapshots)
     _emit(analysis, output, fmt, as_json, quiet)
     sys.exit(_exit_code(analysis, False))
 
@@ -390,20 +418,27 @@ def analyze(evidence: tuple[str, ...], output: str | None, fmt: str | None, as_j
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="report file (.html, .md, .json)")
 @click.option("--format", "fmt", type=click.Choice(["html", "json", "md"]), default=None)
 @click.option("--checks-dir", "checks_dirs", multiple=True, type=click.Path(file_okay=False))
-def report(document: str, output: str, fmt: str | None, checks_dirs: tuple[str, ...]) -> None:
+@_NO_REDACT_ON_LOAD
+def report(document: str, output: str, fmt: str | None, checks_dirs: tuple[str, ...],
+           no_redact: bool = False) -> None:
     """Re-render a saved analysis (or analyse a saved snapshot) without the host."""
     from hangdoctor.parsers.assemble import read_input
     from hangdoctor.parsers.detect import sniff_json_document
     from hangdoctor.report.render import write_report
-    from hangdoctor.snapshot.io import load_snapshot_text
+    from hangdoctor.snapshot import io as snapshot_io
     from hangdoctor.triage.analyze import analyze as run_analysis
 
-    name, text = read_input(document)
+    whole = snapshot_io.read_snapshot_file(document) if document != "-" else None
+    name, text = (document, whole) if whole is not None else read_input(document)
     kind = sniff_json_document(text)
     if kind == "analysis":
         analysis = json.loads(text)
+        if not no_redact:
+            analysis = snapshot_io.redact_loaded_analysis(analysis)
     elif kind == "snapshot":
-        analysis = run_analysis(load_snapshot_text(text, name), _load_checks(checks_dirs), command=_command_line())
+        snaps = snapshot_io.load_snapshot_text(text, name, redact=not no_redact)
+        analysis = run_analysis(snaps, _load_checks(checks_dirs), command=_command_line())
+        snapshot_io.mark_unredacted(analysis, snaps)
     else:
         raise InputError(f"{name} is neither a hangdoctor analysis nor a snapshot",
                          "for raw evidence use: hangdoctor analyze FILE -o report.html")

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import click
 
 from hangdoctor.errors import HangdoctorError, UsageError
+from hangdoctor.textsafe import clean_text
 
 SNAPSHOT_DEADLINE_S = 20.0
 # Rendering the reports and writing the archive took ~0.3 s for a 5-process snapshot on the
@@ -142,7 +143,11 @@ def _check_output(path: str) -> None:
         )
     from hangdoctor import bundle as bundle_mod  # lazy: tarfile and hashlib, ~12 ms
 
-    if not bundle_mod.is_tar_path(path) and os.path.exists(path):
+    from hangdoctor.outfile import check_output_path
+
+    if bundle_mod.is_tar_path(path):
+        check_output_path(path, "bundle")  # a dangling symlink fails here, not after collecting
+    elif os.path.lexists(path):
         raise UsageError(
             f"{path} exists and is not a folder",
             "give a new folder name, an existing folder, or NAME.tar.gz",
@@ -402,17 +407,17 @@ def snapshot_main(
             hosts, kw, output, kw["deadline"], verbose=verbose, started_s=started_s
         )
     for line in [] if outcome.errors_shown else outcome.errors:
-        click.echo(f"hangdoctor: {line}", err=True)
+        click.echo(clean_text(f"hangdoctor: {line}"), err=True)
     for line in outcome.problems:
         if line not in outcome.errors:
-            click.echo(f"hangdoctor: warning: {line}", err=True)
+            click.echo(clean_text(f"hangdoctor: warning: {line}"), err=True)
     if verbose:
         from hangdoctor.report.render import render_terminal
 
         try:
             click.echo(render_terminal(outcome.analysis, color=sys.stderr.isatty()), err=True)
         except Exception as exc:  # the summary is a courtesy; the bundle is written
-            click.echo(f"hangdoctor: warning: no terminal summary: {exc}", err=True)
+            click.echo(clean_text(f"hangdoctor: warning: no terminal summary: {exc}"), err=True)
         click.echo(f"bundle: {outcome.bundle} ({outcome.duration_s:.1f} s)", err=True)
     if as_json:
         click.echo(json.dumps(outcome.summary()))

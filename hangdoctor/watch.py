@@ -134,7 +134,9 @@ class Logger:
 
     def __call__(self, message: str) -> None:
         stream = self.stream or sys.stderr
-        stream.write(f"{utc_iso()} hangdoctor watch: {message}\n")
+        from hangdoctor.textsafe import clean_text  # an endpoint's answer is not to be trusted
+
+        stream.write(f"{utc_iso()} hangdoctor watch: {clean_text(message)}\n")
         stream.flush()
 
     def debug(self, message: str) -> None:

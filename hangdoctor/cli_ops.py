@@ -142,7 +142,6 @@ def _check_output(path: str) -> None:
             f"cannot write the bundle: folder {parent} is not writable", "give a writable -o"
         )
     from hangdoctor import bundle as bundle_mod  # lazy: tarfile and hashlib, ~12 ms
-
     from hangdoctor.outfile import check_output_path
 
     if bundle_mod.is_tar_path(path):
@@ -551,6 +550,7 @@ def watch_main(
         if len(received) > 1:
             raise SystemExit(128 + signum)  # asked twice: stop now
         stop.set()
+        watch_mod.abort_poll()  # a poll stuck on a slow server ends now, not at its timeout
 
     old_handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     what = " and ".join(filter(None, [url, ", ".join(f"port {p}" for p in ports)]))

@@ -75,12 +75,19 @@ def http_probe(port: int, ip: str, timeout_s: float) -> Dict[str, Any]:
             result["error"] = "connect failed: %s" % exc
             result["latency_s"] = round(time.monotonic() - t0, 4)
             return result
+        # One time budget for the whole exchange, not per recv: a server that trickles a byte
+        # every 0.5 s kept a per-recv timeout waiting for minutes.
+        exchange_end = t0 + timeout_s
         try:
-            sock.settimeout(timeout_s)
+            sock.settimeout(max(0.05, exchange_end - time.monotonic()))
             req = "GET %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: hangdoctor\r\n\r\n" % (path, host)
             sock.sendall(req.encode())
             data = b""
             while len(data) < 4096:
+                left = exchange_end - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout()
+                sock.settimeout(left)
                 chunk = sock.recv(4096)
                 if not chunk:
                     break

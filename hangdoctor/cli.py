@@ -349,8 +349,13 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
         snap_path = str(out.with_name(out.stem + ".snapshot.json"))
         derived = True  # a predictable name: never written through a symlink planted there
     if snap_path and any(r.snapshot for r in results):
-        _save_snapshots(snap_path, results, derived)
-        extra.append(f"snapshot: {snap_path}")
+        try:
+            _save_snapshots(snap_path, results, derived)
+            extra.append(f"snapshot: {snap_path}")
+        except UsageError as exc:
+            if not derived:
+                raise
+            _err(f"hangdoctor: warning: snapshot not saved: {exc.one_line()}")  # the report still is
     _emit(analysis, kw.get("output"), kw.get("fmt"), kw.get("as_json", False), kw.get("quiet", False), extra)
     failures = any(r.error for r in results)
     sys.exit(_exit_code(analysis, failures))

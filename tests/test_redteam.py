@@ -195,3 +195,368 @@ def test_f6_log_on_a_hung_mount_keeps_the_deadline_and_the_evidence(
         assert json.loads(out)["verdict"]
     finally:
         _stop(server)
+
+
+# ---------------------------------------------------------------- F2 / F17 the forms that leaked
+
+# (planted text, the secret in it that must go)
+FREE_TEXT_FORMS = [
+    ("OPENAI_API_KEY=sk-NotOpenAiShaped_F2a1", "sk-NotOpenAiShaped_F2a1"),
+    ("export OPENAI_API_KEY=F2plainValue01", "F2plainValue01"),
+    ("AWS_SECRET_ACCESS_KEY=wJalrXUtnF2MIK7MDENGbPxRfiCY", "wJalrXUtnF2MIK7MDENGbPxRfiCY"),
+    ("HUGGING_FACE_HUB_TOKEN=F2hubTokenValue02", "F2hubTokenValue02"),
+    ("oauth client_secret=F2clientSecret03 scope=x", "F2clientSecret03"),
+    ('{"refresh_token": "F2refreshTok04", "expires": 3600}', "F2refreshTok04"),
+    ("Namespace(model='m', openai_api_key='F2namespaceKey05', port=8000)", "F2namespaceKey05"),
+    ("args: serve m --api-key F2flagInLog06 --port 8000", "F2flagInLog06"),
+    ("Cookie: session=F2cookieSess07; theme=dark", "F2cookieSess07"),
+    ("Set-Cookie: sid=F2setCookie08; Path=/; HttpOnly", "F2setCookie08"),
+    ("cache at redis://:F2redisPass09@cache.internal:6379/0", "F2redisPass09"),
+    ("git clone https://F2ghUrlToken10@github.com/org/repo.git", "F2ghUrlToken10"),
+    (
+        "GET https://acct.blob.core.windows.net/c/b?sv=2022-11-02&sig=F2sasSig11%2Bx%3D&se=1",
+        "F2sasSig11",
+    ),
+    (
+        "https://b.s3.amazonaws.com/k?X-Amz-Credential=x&X-Amz-Signature=f2abcdef1234567890",
+        "f2abcdef1234567890",
+    ),
+    ("https://storage.googleapis.com/b/k?X-Goog-Signature=f2deadbeef0011", "f2deadbeef0011"),
+    (
+        "hook https://hooks.slack.com/services/T0F2AAAA/B0F2BBBB/F2slackWebhook12xyz",
+        "F2slackWebhook12xyz",
+    ),
+    ("stripe key sk_live_F2stripeLive13abcd", "sk_live_F2stripeLive13abcd"),
+    ("google token ya29.F2googleOauth14abcdefghij", "ya29.F2googleOauth14abcdefghij"),
+    ("npm_F2npmTokenAbcdefghijklmnopqrstuvwx15", "npm_F2npmTokenAbcdefghijklmnopqrstuvwx15"),
+    (
+        "pypi-AgEIcHlwaS5vcmcF2pypiTokenAbcdefghijklmnopqrstuvwxyz16",
+        "pypi-AgEIcHlwaS5vcmcF2pypiTokenAbcdefghijklmnopqrstuvwxyz16",
+    ),
+    ("databricks dapi0123456789abcdef0123456789abcdef", "dapi0123456789abcdef0123456789abcdef"),
+]
+
+ARGV_FORMS = [
+    ["--openai-key", "F17openaiKey01"],
+    ["--hf-key", "F17hfKey02"],
+    ["--key", "F17key03"],
+    ["--signing-key", "F17signingKey04"],
+    ["--jwt", "F17jwt05"],
+    ["--bearer", "F17bearer06"],
+    ["--session", "F17session07"],
+    ["-p", "F17mysqlPass08"],
+]
+
+
+@pytest.mark.parametrize("text, secret", FREE_TEXT_FORMS)
+def test_f2_free_text_forms_are_redacted(text: str, secret: str) -> None:
+    from hangdoctor.redact import redact_text
+
+    out = redact_text(text)
+    assert secret not in out and secret[2:14] not in out, out
+    assert "[REDACTED]" in out
+
+
+def test_f2_what_a_report_needs_is_kept() -> None:
+    """Counts and model names under token-ish names are not secrets."""
+    from hangdoctor.redact import redact_argv, redact_text
+
+    line = "Namespace(tokenizer='meta/llama', max_num_batched_tokens=8192, api_key=None)"
+    assert redact_text(line) == line
+    argv = ["--tokenizer", "meta/llama", "--max-num-batched-tokens", "8192", "--port", "8000"]
+    assert redact_argv(argv) == argv
+
+
+@pytest.mark.parametrize("pair", ARGV_FORMS, ids=[p[0] for p in ARGV_FORMS])
+def test_f17_argv_flags_are_redacted(pair: list[str]) -> None:
+    from hangdoctor.redact import redact_argv
+
+    out = redact_argv(["serve", *pair, "--port", "8000"])
+    assert pair[1] not in out and out[2] == "[REDACTED]", out
+    assert pair[1] not in " ".join(redact_argv([f"{pair[0]}={pair[1]}"]))
+
+
+# ---------------------------------------------------------------- F3 a PEM key across lines
+
+PEM_BODY = [
+    "MIIEowIBAAKCAQEA0F3bodyLineOneAbCdEfGhIjKlMnOpQrStUvWxYz0123456789",
+    "F3bodyLineTwoAbCdEfGhIjKlMnOpQrStUvWxYz0123456789abcdefghijklmnopq",
+    "F3lastShortLine==",
+]
+
+
+def _pem_log(path: Path) -> None:
+    path.write_text(
+        "INFO starting\n"
+        "DEBUG loaded key:\n-----BEGIN RSA PRIVATE KEY-----\n"
+        + "\n".join(PEM_BODY)
+        + "\n-----END RSA PRIVATE KEY-----\nINFO after the key\n"
+    )
+
+
+def test_f3_pem_key_over_lines_in_the_live_tail_and_in_a_paste(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    _pem_log(log)
+    with open(tmp_path / "out", "w") as f:
+        server = _start([sys.executable, "-c", SLEEPER], stdout=f)
+    try:
+        _wait_for_file_text(tmp_path / "out", "ready")
+        proc, _ = run_cli(
+            "diagnose",
+            "localhost",
+            "--pid",
+            str(server.pid),
+            "--log",
+            str(log),
+            "--window",
+            "0",
+            "--no-gpu",
+            "--save-snapshot",
+            str(tmp_path / "s.json"),
+            "-o",
+            str(tmp_path / "r.md"),
+            timeout_s=90,
+        )
+        no_traceback(proc)
+        pasted, _ = run_cli("analyze", str(log), "--json", "-o", str(tmp_path / "a.html"))
+        no_traceback(pasted)
+    finally:
+        _stop(server)
+    snap = json.loads((tmp_path / "s.json").read_text())
+    assert "INFO after the key" in snap["log"]["tail"], "the tail was read"
+    for label, text in (
+        ("snapshot", (tmp_path / "s.json").read_text()),
+        ("markdown", (tmp_path / "r.md").read_text()),
+        ("pasted json", pasted.stdout),
+        ("pasted html", (tmp_path / "a.html").read_text()),
+    ):
+        for body in PEM_BODY:
+            assert body[4:30] not in text, (label, body)
+
+
+# ---------------------------------------------------------------- F4 bounded regex work
+
+
+def test_f4_a_200_kb_prompt_line_keeps_the_deadline(tmp_path: Path) -> None:
+    """One logged prompt of 200 KB of ``a.a.a.``: `snapshot --deadline 10` took 78 s (the URL
+    pattern was quadratic and held the GIL). Now the work is linear, the line is cut before
+    redaction, and the redaction is timed inside the deadline."""
+    log = tmp_path / "server.log"
+    log.write_text(
+        "INFO prompt: " + "a." * 100_000 + "\n" + "INFO token hf_F4tailTokenAbCdEfGhIj0123\n"
+    )
+    with open(tmp_path / "out", "w") as f:
+        server = _start([sys.executable, "-c", SLEEPER], stdout=f)
+    try:
+        _wait_for_file_text(tmp_path / "out", "ready")
+        deadline_s = 10
+        proc, wall_s = run_cli(
+            "snapshot",
+            "localhost",
+            "--pid",
+            str(server.pid),
+            "--log",
+            str(log),
+            "--window",
+            "0.5",
+            "--deadline",
+            str(deadline_s),
+            "--no-gpu",
+            "-o",
+            str(tmp_path / "b.tar.gz"),
+            timeout_s=200,
+        )
+    finally:
+        _stop(server)
+    no_traceback(proc)
+    assert wall_s < deadline_s + 3, f"{wall_s:.1f} s against --deadline {deadline_s}"
+    import tarfile
+
+    with tarfile.open(tmp_path / "b.tar.gz") as tar:
+        snap_member = next(m for m in tar.getmembers() if m.name.endswith("/snapshot.json"))
+        snap = json.loads(tar.extractfile(snap_member).read())
+    tail = snap["log"]["tail"]
+    assert max(len(x) for x in tail) <= 16384 + 64, "the long line was cut"
+    assert "F4tailToken" not in json.dumps(snap)
+    assert manifest(snap)["redaction"]["status"] == "ok"
+
+
+def test_f4_every_pattern_is_linear_on_hostile_lines() -> None:
+    """Each hostile shape costs the same per character at 50 KB and at 200 KB (x4 input, well
+    under x8 work; the quadratic URL pattern was x16)."""
+    from hangdoctor.redact import redact_text
+
+    shapes = ["a.", "{", "eyJ", "sk-", "http://", "a=", "--api-key ", "a:", "@", "hf_", "x_key "]
+    for shape in shapes:
+        costs = []
+        for n in (50_000, 200_000):
+            text = (shape * (n // len(shape) + 1))[:n]
+            t0 = time.process_time()
+            for _ in range(3):
+                redact_text(text)
+            costs.append(time.process_time() - t0)
+        assert costs[1] < max(costs[0] * 8, 0.05), (shape, costs)
+
+
+# ---------------------------------------------------------------- output paths: F7 F8 F9 F20
+
+
+@pytest.fixture
+def sleeper(tmp_path: Path) -> Iterator[subprocess.Popen]:
+    out = tmp_path / "sleeper.out"
+    with open(out, "w") as f:
+        proc = _start([sys.executable, "-c", SLEEPER], stdout=f)
+    try:
+        _wait_for_file_text(out, "ready")
+        yield proc
+    finally:
+        _stop(proc)
+
+
+def _quick(pid: int, *extra: str, cwd: str | None = None, env: dict | None = None):
+    proc, _ = run_cli(
+        "diagnose",
+        "localhost",
+        "--pid",
+        str(pid),
+        "--window",
+        "0",
+        "--no-gpu",
+        "--deadline",
+        "15",
+        *extra,
+        cwd=cwd,
+        env=env,
+        timeout_s=90,
+    )
+    no_traceback(proc)
+    return proc
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a device node is made with mknod (root)")
+def test_f7_output_to_a_device_or_a_symlink_to_one_is_written_not_replaced(
+    sleeper, tmp_path: Path
+) -> None:
+    """`-o /dev/null` as root replaced the device node with a regular 0644 file. The test uses
+    its own null device (mknod 1,3 in its folder) and its own link to /proc/self/fd/1 (what
+    /dev/stdout is), never the host's."""
+    import stat
+
+    null = tmp_path / "null"
+    os.mknod(null, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    proc = _quick(sleeper.pid, "-o", str(null), "--format", "md")
+    assert proc.returncode in (0, 3, 5, 6, 7), proc.stderr
+    assert stat.S_ISCHR(os.lstat(null).st_mode), "the device node was replaced"
+    assert not list(tmp_path.glob("null.snapshot.json")), "no companion file beside a device"
+    stdout_link = tmp_path / "stdout"
+    os.symlink("/proc/self/fd/1", stdout_link)
+    proc = _quick(sleeper.pid, "-o", str(stdout_link), "--format", "md", "-q")
+    assert os.path.islink(stdout_link), "the symlink was replaced"
+    assert proc.stdout.startswith("# hangdoctor"), proc.stdout[:200]
+
+
+def test_f8_a_planted_companion_symlink_is_never_written_through(sleeper, tmp_path: Path) -> None:
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    out = tmp_path / "out"
+    out.mkdir()
+    os.symlink(victim, out / "r.snapshot.json")  # NAME.snapshot.json is predictable
+    proc = _quick(sleeper.pid, "-o", str(out / "r.html"))
+    assert victim.read_text() == "precious\n"
+    assert os.path.islink(out / "r.snapshot.json")
+    assert (out / "r.html").is_file(), "the report is still written"
+    assert "snapshot not saved" in proc.stderr and "symbolic link" in proc.stderr
+
+
+def test_f8_bundle_staging_never_follows_a_planted_name(tmp_path: Path) -> None:
+    """The old staging names (``.NAME.partial-PID``) were predictable: a symlink planted there
+    (or a ``raw/stacks`` link inside a planted folder) was written through."""
+    from hangdoctor import bundle
+
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    for name in ("b", "b.tar.gz"):
+        os.symlink(victim, tmp_path / f".{name}.partial-{os.getpid()}")
+    files = {"snapshot.json": b"{}", "raw/stacks/1.txt": b"stack\n"}
+    bundle.write_folder(files, str(tmp_path / "b"))
+    bundle.write_tar(files, str(tmp_path / "b.tar.gz"))
+    assert list(victim.iterdir()) == []
+    assert (tmp_path / "b" / "raw" / "stacks" / "1.txt").read_bytes() == b"stack\n"
+    assert not [p for p in tmp_path.iterdir() if ".partial-" in p.name and not p.is_symlink()]
+
+
+def test_f9_umask_is_honoured_for_reports_snapshots_and_tar_members(
+    sleeper, tmp_path: Path
+) -> None:
+    import stat
+    import tarfile
+
+    base = [sys.executable, "-m", "hangdoctor"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    script = (
+        "umask 077; "
+        + " ".join(base)
+        + f" diagnose localhost --pid {sleeper.pid} --window 0 --no-gpu -q -o r.html; "
+        + " ".join(base)
+        + f" snapshot localhost --pid {sleeper.pid} --window 0.2 --no-gpu -o b.tar.gz; "
+        + " ".join(base)
+        + f" snapshot localhost --pid {sleeper.pid} --window 0.2 --no-gpu -o bdir"
+    )
+    subprocess.run(["sh", "-c", script], cwd=tmp_path, env=env, timeout=180, capture_output=True)
+    for name in ("r.html", "r.snapshot.json", "b.tar.gz"):
+        assert stat.S_IMODE(os.stat(tmp_path / name).st_mode) == 0o600, name
+    with tarfile.open(tmp_path / "b.tar.gz") as tar:
+        modes = {m.name: (m.mode, m.isdir()) for m in tar.getmembers()}
+    assert modes and all(mode == (0o700 if d else 0o600) for mode, d in modes.values()), modes
+    for p in [tmp_path / "bdir", *(tmp_path / "bdir").rglob("*")]:
+        assert stat.S_IMODE(os.stat(p).st_mode) == (0o700 if p.is_dir() else 0o600), p
+
+
+def test_f20_raw_names_that_collide_are_both_kept() -> None:
+    from hangdoctor.bundle import raw_files
+
+    snap = {
+        "stacks": {"1/2": {"status": "ok", "samples": []}, "1_2": {"status": "ok", "samples": []}}
+    }
+    files = raw_files(snap)
+    assert {"stacks/1_2.json", "stacks/1_2-2.json"} <= set(files), sorted(files)
+
+
+def test_f20_dangling_symlink_output_is_refused_before_collecting(tmp_path: Path) -> None:
+    link = tmp_path / "b.tar.gz"
+    os.symlink(tmp_path / "missing" / "x.tar.gz", link)
+    proc, wall_s = run_cli("snapshot", "localhost", "--pid", "1", "-o", str(link), "--window", "5")
+    no_traceback(proc)
+    assert proc.returncode == 2, proc.stderr
+    assert "symbolic link to nothing" in proc.stderr
+    assert wall_s < 5, "refused before the 5 s window, not after"
+
+
+# ---------------------------------------------------------------- F21 /proc files as a log
+
+
+def test_f21_proc_environ_is_refused_as_a_log(sleeper, tmp_path: Path) -> None:
+    env = {**os.environ, "F21_PLANTED": "F21secretValueInEnv"}
+    proc, _ = run_cli(
+        "diagnose",
+        "localhost",
+        "--pid",
+        str(sleeper.pid),
+        "--window",
+        "0",
+        "--no-gpu",
+        "--log",
+        "/proc/self/environ",
+        "--save-snapshot",
+        str(tmp_path / "s.json"),
+        "-o",
+        str(tmp_path / "r.json"),
+        env=env,
+    )
+    no_traceback(proc)
+    snap = json.loads((tmp_path / "s.json").read_text())
+    entry = manifest(snap)["log"]
+    assert entry["status"] == "failed" and "not a server log" in entry["detail"], entry
+    assert "log" not in snap
+    for path in (tmp_path / "s.json", tmp_path / "r.json"):
+        assert "F21secretValueInEnv" not in path.read_text()

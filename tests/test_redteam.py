@@ -560,3 +560,367 @@ def test_f21_proc_environ_is_refused_as_a_log(sleeper, tmp_path: Path) -> None:
     assert "log" not in snap
     for path in (tmp_path / "s.json", tmp_path / "r.json"):
         assert "F21secretValueInEnv" not in path.read_text()
+
+
+# ---------------------------------------------------------------- F11 JSON-lines pastes
+
+
+def test_f11_json_lines_are_decoded_in_place_with_bounded_failures(monkeypatch) -> None:
+    """Every "{" line used to copy the rest of the paste before decoding (9 MB of JSON lines:
+    37 s in split_segments alone, now under 1 s). The decoder must get the one joined text at
+    an offset, and give up after a bounded number of lines that only look like JSON."""
+    from hangdoctor.parsers import detect
+
+    seen = []
+    real = detect.iter_json_documents
+
+    def spy(text, limit=10000, start=0):
+        seen.append((id(text), len(text), start))
+        return real(text, limit, start)
+
+    monkeypatch.setattr(detect, "iter_json_documents", spy)
+    good = "\n".join(json.dumps({"ts": i, "msg": "done", "ms": 1.5}) for i in range(3000))
+    segs = detect.split_segments(good)
+    assert [s.kind for s in segs] == ["log"]
+    assert len({ident for ident, _n, _s in seen}) == 1, "one text, never a slice"
+    assert len(seen) == 3000
+    seen.clear()
+    bad = "\n".join('{"ts": %d, "msg": "cut' % i for i in range(5000))
+    detect.split_segments(bad)
+    assert len(seen) <= detect.JSON_FAILURES_MAX
+
+
+# ---------------------------------------------------------------- F12 / F15 our own snapshots
+
+
+@pytest.fixture(scope="module")
+def secret_snapshot(tmp_path_factory) -> tuple[Path, dict]:
+    """A real --no-redact snapshot of the secret target (tests/faults/secret_target.py)."""
+    from tests.faults.helpers import start_helper, stop_helper
+
+    folder = tmp_path_factory.mktemp("f15")
+    log = folder / "server.log"
+    env = {**os.environ, "HF_TOKEN": "hf_F15envTokenAbCdEfGhIjKlMnOp"}
+    helper = start_helper(
+        "secret_target.py",
+        "--api-key",
+        "F15argApiKeyZq9",
+        "--log",
+        str(log),
+        "--lifetime",
+        "60",
+        env=env,
+    )
+    try:
+        proc, _ = run_cli(
+            "diagnose",
+            "localhost",
+            "--pid",
+            str(helper.pid),
+            "--window",
+            "0",
+            "--no-gpu",
+            "--no-redact",
+            "--save-snapshot",
+            str(folder / "s.json"),
+            "--log",
+            str(log),
+            "-q",
+            timeout_s=90,
+        )
+        no_traceback(proc)
+    finally:
+        stop_helper(helper)
+    return folder / "s.json", {
+        "env": "F15envToken",
+        "arg": "F15argApiKeyZq9",
+        "log": "LogBearerTok3n",
+    }
+
+
+def test_f15_a_no_redact_snapshot_is_redacted_when_read_again(secret_snapshot, tmp_path) -> None:
+    snap_path, secrets = secret_snapshot
+    raw = snap_path.read_text()
+    assert all(v in raw for v in secrets.values()), "the snapshot kept them (--no-redact)"
+    for cmd in (
+        ["report", str(snap_path), "-o", str(tmp_path / "r.html")],
+        ["report", str(snap_path), "-o", str(tmp_path / "r.md")],
+        ["analyze", str(snap_path), "--json", "-o", str(tmp_path / "a.json")],
+    ):
+        proc, _ = run_cli(*cmd)
+        no_traceback(proc)
+        assert proc.returncode in (0, 3, 5, 6, 7), proc.stderr
+        out = Path(cmd[cmd.index("-o") + 1]).read_text() + proc.stdout + proc.stderr
+        assert not [k for k, v in secrets.items() if v in out], cmd
+        assert "redacted when it was read" in out, cmd
+    # told otherwise: kept, and marked
+    proc, _ = run_cli("report", str(snap_path), "--no-redact", "-o", str(tmp_path / "k.json"))
+    kept = (tmp_path / "k.json").read_text()
+    assert any(v in kept for v in secrets.values()), "kept"
+    assert json.loads(kept)["weakened"][0].startswith("NOT REDACTED")
+    run_cli("report", str(snap_path), "--no-redact", "-o", str(tmp_path / "k.md"))
+    assert "NOT REDACTED" in (tmp_path / "k.md").read_text()
+
+
+def test_f12_a_snapshot_over_64_mib_is_read_back_whole(secret_snapshot, tmp_path) -> None:
+    """64 processes x 200 threads with --native is 61 MB already; past 64 MiB only the
+    file's tail was read (invalid JSON). The padding is real-shaped: stacks of 64 pids."""
+    snap = json.loads(secret_snapshot[0].read_text())
+    frame = {
+        "name": "ncclKernel_AllReduce_RING_LL_Sum_bf16",
+        "filename": "libnccl.so.2",
+        "short_filename": "libnccl.so.2",
+        "line": 0,
+        "native": True,
+    }
+    thread = {"thread_id": 1, "thread_name": "t", "status": "idle", "frames": [frame] * 40}
+    for pid in range(100000, 100064):
+        snap["stacks"][str(pid)] = {"status": "ok", "samples": [{"threads": [thread] * 200}]}
+    big = tmp_path / "big.json"
+    big.write_text(json.dumps(snap, indent=1))
+    assert big.stat().st_size > 64 * 1024 * 1024
+    proc, _ = run_cli("report", str(big), "-o", str(tmp_path / "r.json"), timeout_s=300)
+    no_traceback(proc)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((tmp_path / "r.json").read_text())["verdict"]
+
+
+def test_f12_snapshots_are_written_compact(secret_snapshot) -> None:
+    text = secret_snapshot[0].read_text()
+    assert "\n " not in text[:10000], "no indentation"
+
+
+# ---------------------------------------------------------------- F16 lone surrogates
+
+
+def test_f16_a_non_utf8_log_path_still_gives_markdown_and_a_full_bundle(tmp_path: Path) -> None:
+    folder = os.fsencode(tmp_path)
+    log = folder + b"/srv-\xff\xfe.log"
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT, 0o644)
+    try:
+        server = _start([sys.executable, "-c", SLEEPER], stdout=fd)
+    finally:
+        os.close(fd)
+    try:
+        end = time.monotonic() + 20
+        while time.monotonic() < end and b"ready" not in open(log, "rb").read():
+            time.sleep(0.05)
+        proc = _quick(server.pid, "-o", str(tmp_path / "r.md"))
+        assert proc.returncode in (0, 3, 5, 6, 7), proc.stderr
+        md = (tmp_path / "r.md").read_text(encoding="utf-8")
+        snap = json.loads((tmp_path / "r.snapshot.json").read_text())
+        assert snap["log"]["path"].endswith(".log") and "\ufffd" in snap["log"]["path"]
+        bproc, _ = run_cli(
+            "snapshot",
+            "localhost",
+            "--pid",
+            str(server.pid),
+            "--window",
+            "0.2",
+            "--no-gpu",
+            "-o",
+            str(tmp_path / "b"),
+            timeout_s=90,
+        )
+        no_traceback(bproc)
+        assert (tmp_path / "b" / "report.md").is_file(), bproc.stderr
+        assert md.startswith("# hangdoctor")
+    finally:
+        _stop(server)
+
+
+# ---------------------------------------------------------------- F18 Markdown that goes live
+
+
+def render_summary_line(text: str) -> str:
+    """The raw-HTML <summary> escaping of the Markdown report (GitHub links mentions there)."""
+    from hangdoctor.report.markdown import _summary
+
+    return _summary(text)
+
+
+def test_f18_mentions_refs_urls_are_inert_and_bidi_is_gone(sleeper, tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    log.write_text(
+        "ERROR ping @octocat about org/repo#123 and #7, see https://evil.example/x "
+        "and www.evil.example; file \u202etxt.exe\n"
+    )
+    outs = {}
+    for suffix in ("md", "html", "json"):
+        proc = _quick(sleeper.pid, "--log", str(log), "-o", str(tmp_path / f"r.{suffix}"))
+        outs[suffix] = (tmp_path / f"r.{suffix}").read_text(encoding="utf-8")
+        outs["terminal-" + suffix] = proc.stderr
+    assert "octocat" in outs["md"], "the log line is in the report"
+    # code blocks are inert on GitHub; everything outside them must be too
+    import re
+
+    outside = re.sub(r"(?ms)^(`{3,})[^\n]*\n.*?^\1[ \t]*$", "", outs["md"])
+    from hangdoctor.report.markdown import md_text
+
+    outside += md_text(log.read_text()) + render_summary_line(log.read_text())
+    for live in ("@octocat", "#123", "#7", "https://evil", "www.evil"):
+        assert live not in outside, live
+    for name, text in outs.items():
+        assert "\u202e" not in text and "\\u202e" not in text.lower(), name
+
+
+# ---------------------------------------------------------------- F13 a trickling HTTP server
+
+
+@pytest.fixture
+def trickle_server() -> Iterator[int]:
+    """127.0.0.1: answers every connection with an HTTP head, one byte every 0.5 s, forever."""
+    import socket
+    import threading
+
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(16)
+    stop = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        head = b"HTTP/1.0 200 OK\r\nX-Pad: " + b"a" * 100000
+        try:
+            conn.recv(4096)
+            for i in range(len(head)):
+                if stop.wait(0.5):
+                    break
+                conn.sendall(head[i : i + 1])
+        except OSError:
+            pass
+        finally:
+            conn.close()
+
+    def accept() -> None:
+        srv.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+            except OSError:
+                continue
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    t = threading.Thread(target=accept, daemon=True)
+    t.start()
+    try:
+        yield srv.getsockname()[1]
+    finally:
+        stop.set()
+        t.join(5)
+        srv.close()
+
+
+def test_f13_every_http_exchange_has_a_total_budget(trickle_server: int) -> None:
+    """Before: the probe read a byte per recv timeout (up to 4 KB: half an hour a path) and
+    watch's urllib read headers for over 600 s."""
+    from hangdoctor import watch
+    from hangdoctor.collect import sources
+
+    t0 = time.monotonic()
+    res = sources.http_probe(trickle_server, "127.0.0.1", 1.5)
+    probe_s = time.monotonic() - t0
+    assert "no answer within" in (res["error"] or ""), res
+    t0 = time.monotonic()
+    health = watch.check_url(f"http://127.0.0.1:{trickle_server}/health", 1.5)
+    url_s = time.monotonic() - t0
+    assert not health.ok and "no answer within" in health.detail, health
+    # the budget holds: 1.5 s each (slack for a loaded machine)
+    assert probe_s < 1.5 + 2 and url_s < 1.5 + 2, (probe_s, url_s)
+
+
+def test_f13_watch_stops_on_the_first_sigint_while_a_poll_trickles(
+    trickle_server: int, tmp_path: Path
+) -> None:
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hangdoctor",
+            "watch",
+            "localhost",
+            "--url",
+            f"http://127.0.0.1:{trickle_server}/health",
+            "--interval",
+            "30",
+            "--after",
+            "600",
+            "--out-dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        time.sleep(2.0)  # inside the first poll, which trickles
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _out, err = proc.communicate(timeout=20)
+        stopped_s = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err
+    assert "SIGINT: stopped" in err, err
+    assert stopped_s < 5, f"stopped {stopped_s:.1f} s after SIGINT"
+
+
+# ---------------------------------------------------------------- F14 host-wide kernel lines
+
+
+def _live_snapshot_of_a_stopped_python(tmp_path: Path) -> tuple[dict, int]:
+    import signal
+
+    with open(tmp_path / "out", "w") as f:
+        server = _start([sys.executable, "-c", SLEEPER], stdout=f)
+    try:
+        _wait_for_file_text(tmp_path / "out", "ready")
+        os.kill(server.pid, signal.SIGSTOP)
+        proc = _quick(server.pid, "--save-snapshot", str(tmp_path / "s.json"))
+        assert proc.returncode != 4, proc.stderr
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
+        _stop(server)
+    return json.loads((tmp_path / "s.json").read_text()), server.pid
+
+
+def _with_kernel(snap: dict, lines: list[str], path: Path) -> Path:
+    snap = dict(snap, kernel_log={"lines": lines})
+    snap["manifest"] = [m for m in snap["manifest"] if m.get("source") != "kernel_log"]
+    snap["manifest"].append({"source": "kernel_log", "status": "ok", "duration_s": 0.0})
+    path.write_text(json.dumps(snap))
+    return path
+
+
+def _causes(path: Path) -> dict[str, float]:
+    proc, _ = run_cli("analyze", str(path), "--json")
+    no_traceback(proc)
+    return {c["id"]: c["score"] for c in json.loads(proc.stdout)["causes"]}
+
+
+def test_f14_unrelated_old_hung_tasks_are_context_not_the_cause(tmp_path: Path) -> None:
+    """A stopped Python on a host whose dmesg has hung-task lines of another, long-gone
+    process: before, io-stall (0.58) was the top cause. Lines naming the target still count."""
+    snap, pid = _live_snapshot_of_a_stopped_python(tmp_path)
+    start = min(p["create_time"] for p in snap["processes"])
+
+    def stamp(epoch: float) -> str:  # dmesg -T: the host's local time
+        return time.strftime("[%a %b %d %H:%M:%S %Y]", time.localtime(epoch))
+
+    unrelated = [
+        f"{stamp(start - 3600 + 120 * i)} INFO: task kworker/u8:3:4242 blocked for more than "
+        "120 seconds."
+        for i in range(3)
+    ]
+    causes = _causes(_with_kernel(snap, unrelated, tmp_path / "old.json"))
+    top = max(causes, key=causes.get) if causes else None
+    assert top != "io-stall" and causes.get("io-stall", 0) < 0.2, causes
+    naming = [f"{stamp(start + 5)} INFO: task python3:{pid} blocked for more than 120 seconds."]
+    causes = _causes(_with_kernel(snap, naming, tmp_path / "named.json"))
+    assert causes.get("io-stall", 0) >= 0.3, causes

@@ -106,15 +106,17 @@ _SECRET_WORDS = (
 )
 _LABELLED = re.compile(
     r"(?i)(?<![A-Za-z0-9_.-])((?:[A-Za-z0-9_.-]{0,80}?[-_.])?(?:" + _SECRET_WORDS + r"))"
-    r"([\"']?\s{0,8}[:=]\s{0,8})"
-    r"(?:\"([^\"\r\n]{1,4096})\"|'([^'\r\n]{1,4096})'|([^\s\"',;&)}\]]{1,4096}))"
+    r"(\\?[\"']?\s{0,8}[:=]\s{0,8}\\?)"
+    r"(?:\"([^\"\\\r\n]{1,4096})\\?\"|'([^'\\\r\n]{1,4096})\\?'|([^\s\"'\\,;&)}\]]{1,4096}))"
 )
 # Values a secret-named label may carry that are not secrets: keep them (they tell a reader
 # whether a token was set at all).
 _HARMLESS_VALUE = re.compile(r"(?i)^(?:true|false|none|null|yes|no|0|1|\*+|-|\[REDACTED\])$")
 # ``--api-key value`` inside a log line or a printed command
+# (also as a list's repr, ``['--api-key', 'value']``, where ``-p`` counts too)
 _FLAG_IN_TEXT = re.compile(
-    r"(?<![A-Za-z0-9_.-])(--[A-Za-z][A-Za-z0-9_.-]{0,80})([ \t]{1,8})"
+    r"(?<![A-Za-z0-9_.-])(--[A-Za-z][A-Za-z0-9_.-]{0,80}|(?<=['\"])-[A-Za-z])"
+    r"([ \t]{1,8}|[\"']\s{0,4},\s{0,4}(?=[\"']))"
     r"(?:\"([^\"\r\n]{1,4096})\"|'([^'\r\n]{1,4096})'|([^\s\"']{1,4096}))"
 )
 # Credentials in URLs: user:password@, :password@ (redis), and a token as the user of an http(s)
@@ -150,7 +152,9 @@ def is_secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key))
 
 
-def _cut_line(line: str, limit: int) -> str:
+def cut_line(line: str, limit: int) -> str:
+    """``line`` cut to about ``limit`` characters, never inside a word: a token cut in two
+    would be too short for its pattern and half of it would be kept."""
     if len(line) <= limit:
         return line
     head = line[:limit]
@@ -166,7 +170,7 @@ def cap_lines(text: str, limit: int = MAX_LINE_CHARS) -> str:
     """``text`` with every line longer than ``limit`` cut (see MAX_LINE_CHARS)."""
     if len(text) <= limit:
         return text
-    return "\n".join(_cut_line(ln, limit) for ln in text.split("\n"))
+    return "\n".join(cut_line(ln, limit) for ln in text.split("\n"))
 
 
 def _mask_url(m: Any) -> str:
@@ -188,18 +192,25 @@ def _mask_labelled(m: Any) -> str:
         return m.group(0)
     if re.match(r"(?i)(?:bearer|basic|token)\s", value):
         return m.group(0)  # the scheme is kept, _SCHEME hides what follows it
-    if m.group(3) is not None:
-        return m.group(1) + m.group(2) + '"' + MASK + '"'
-    if m.group(4) is not None:
-        return m.group(1) + m.group(2) + "'" + MASK + "'"
-    return m.group(1) + m.group(2) + MASK
+    return _replace_value(m, value)
+
+
+def _replace_value(m: Any, value: str) -> str:
+    """The match with only ``value`` masked (quotes and escapes around it kept as they were)."""
+    full = m.group(0)
+    i = full.rfind(value)
+    return full[:i] + MASK + full[i + len(value):]
 
 
 def _mask_flag(m: Any) -> str:
     value = m.group(3) or m.group(4) or m.group(5) or ""
     if not is_secret_flag(m.group(1)) or value.startswith("-") or MASK in value:
         return m.group(0)
-    return m.group(1) + m.group(2) + MASK
+    if m.group(2).strip() and m.group(1).startswith("-") and len(m.group(1)) == 2:
+        pass  # ['-p', 'x']: a list's repr
+    elif len(m.group(1)) == 2:
+        return m.group(0)  # "-p 8000" in free text is a port as often as a password
+    return _replace_value(m, value)
 
 
 def redact_text(text: str) -> str:

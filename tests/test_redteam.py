@@ -227,7 +227,7 @@ FREE_TEXT_FORMS = [
         "F2slackWebhook12xyz",
     ),
     ("stripe key sk_live_F2stripeLive13abcd", "sk_live_F2stripeLive13abcd"),
-    ("google token ya29.F2googleOauth14abcdefghij", "ya29.F2googleOauth14abcdefghij"),
+    ("google oauth ya29.F2googleOauth14abcdefghij", "ya29.F2googleOauth14abcdefghij"),
     ("npm_F2npmTokenAbcdefghijklmnopqrstuvwx15", "npm_F2npmTokenAbcdefghijklmnopqrstuvwx15"),
     (
         "pypi-AgEIcHlwaS5vcmcF2pypiTokenAbcdefghijklmnopqrstuvwxyz16",

@@ -112,7 +112,12 @@ def http_probe(port: int, ip: str, timeout_s: float) -> Dict[str, Any]:
             result["error"] = "not an HTTP answer: %r" % first[:60]
             return result
         result["code"] = int(m.group(1))
-        result["body"] = body[:200].decode("utf-8", "replace")
+        text = body[:400].decode("utf-8", "replace")
+        if len(text) > 200:
+            # cut at a word's end: half a token would escape redaction
+            cut = max(text.rfind(c, 0, 200) for c in " \t\r\n,;&\"'")
+            text = text[: cut if cut > 0 else 0] + " [...]"
+        result["body"] = text
         result["error"] = None
         if result["code"] == 404 and path != "/":
             continue
@@ -204,7 +209,15 @@ for path in req["paths"]:
         if size > req["max_bytes"] and lines:
             lines = lines[1:]  # the first line is cut
         cap = req["max_line"]
-        out["tail"] = [ln if len(ln) <= cap else ln[:cap] for ln in lines[-req["max_lines"]:]]
+
+        def cut(ln):
+            # never inside a word: half a token is too short for its pattern and would be kept
+            head = ln[:cap]
+            space = max(head.rfind(" "), head.rfind("\t"))
+            head = head[:space] if space >= cap - 512 else head[:cap - 512]
+            return head + " [... %d characters cut]" % (len(ln) - len(head))
+
+        out["tail"] = [ln if len(ln) <= cap else cut(ln) for ln in lines[-req["max_lines"]:]]
         st2 = os.stat(path)
         out.update(size=st2.st_size, mtime=st2.st_mtime)
     finish()

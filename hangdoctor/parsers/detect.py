@@ -107,7 +107,9 @@ def _flavour(lines: list) -> Optional[str]:
 def _cap(line: str) -> str:
     line = line.replace("\x00", "")
     if len(line) > MAX_LINE_CHARS:
-        return line[:MAX_LINE_CHARS] + f" …[cut {len(line) - MAX_LINE_CHARS} chars]"
+        from hangdoctor.redact import cut_line  # never inside a word: half a token leaks
+
+        return cut_line(line, MAX_LINE_CHARS)
     return line
 
 

@@ -77,6 +77,7 @@ class Outputs:
     def assert_clean(self) -> None:
         dirty = {label: leaks(text) for label, text in self.items}
         dirty = {k: v for k, v in dirty.items() if v}
+        print(f"CORPUS {len(self.items)} outputs x {len(SECRETS)} secrets searched")
         assert not dirty, f"leaks: {json.dumps(dirty, indent=1)[:4000]}"
 
 

@@ -182,6 +182,7 @@ def test_f6_log_on_a_hung_mount_keeps_the_deadline_and_the_evidence(
                 server.pid, deadline_s, tmp_path, *extra
             )
         assert "Traceback" not in err, err
+        print(f"WALL f6-{how} {wall_s:.2f} s deadline {deadline_s:g} s")
         assert wall_s < deadline_s + 4, f"{wall_s:.1f} s against --deadline {deadline_s:.0f}"
         assert rc != 4, err
         snap = json.loads(snap_path.read_text())
@@ -369,6 +370,7 @@ def test_f4_a_200_kb_prompt_line_keeps_the_deadline(tmp_path: Path) -> None:
     finally:
         _stop(server)
     no_traceback(proc)
+    print(f"WALL f4-200kb-line {wall_s:.2f} s deadline {deadline_s:g} s")
     assert wall_s < deadline_s + 3, f"{wall_s:.1f} s against --deadline {deadline_s}"
     import tarfile
 
@@ -824,6 +826,8 @@ def test_f13_every_http_exchange_has_a_total_budget(trickle_server: int) -> None
     health = watch.check_url(f"http://127.0.0.1:{trickle_server}/health", 1.5)
     url_s = time.monotonic() - t0
     assert not health.ok and "no answer within" in health.detail, health
+    print(f"WALL f13-probe {probe_s:.2f} s deadline 1.5 s")
+    print(f"WALL f13-watch-url {url_s:.2f} s deadline 1.5 s")
     # the budget holds: 1.5 s each (slack for a loaded machine)
     assert probe_s < 1.5 + 2 and url_s < 1.5 + 2, (probe_s, url_s)
 
@@ -866,6 +870,7 @@ def test_f13_watch_stops_on_the_first_sigint_while_a_poll_trickles(
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
+    print(f"WALL f13-watch-sigint {stopped_s:.2f} s after SIGINT")
     assert proc.returncode == 0, err
     assert "SIGINT: stopped" in err, err
     assert stopped_s < 5, f"stopped {stopped_s:.1f} s after SIGINT"

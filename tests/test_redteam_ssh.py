@@ -105,12 +105,11 @@ def _hangdoctor(server: HostileSshd, *args: str, timeout_s: float = 120.0):
 
 
 def _peak_rss_mib(server: HostileSshd, *args: str, timeout_s: float = 120.0):
-    """Like _hangdoctor, with the peak RSS of the CLI process (os.wait4's ru_maxrss)."""
+    """Like _hangdoctor, with the CLI process's peak RSS in MiB: its VmHWM, read while it runs
+    (ru_maxrss would count the memory of the forking test runner too)."""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     t0 = time.monotonic()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        pid = os.spawnve if False else None  # (keeps linters quiet about unused names)
-        del pid
         proc = subprocess.Popen(
             [sys.executable, "-m", "hangdoctor", *args],
             stdout=out,
@@ -118,17 +117,21 @@ def _peak_rss_mib(server: HostileSshd, *args: str, timeout_s: float = 120.0):
             stdin=subprocess.DEVNULL,
             env=env,
         )
+        peak_kib = 0
         end = time.monotonic() + timeout_s
-        while True:
-            wpid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-            if wpid:
-                break
+        while proc.poll() is None:
+            try:
+                with open(f"/proc/{proc.pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            peak_kib = max(peak_kib, int(line.split()[1]))
+            except (OSError, ValueError):
+                pass
             if time.monotonic() > end:
                 proc.kill()
-                os.wait4(proc.pid, 0)
+                proc.wait()
                 pytest.fail(f"hangdoctor still running after {timeout_s} s")
-            time.sleep(0.05)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+            time.sleep(0.01)
         wall_s = time.monotonic() - t0
         out.seek(0)
         err.seek(0)
@@ -137,7 +140,7 @@ def _peak_rss_mib(server: HostileSshd, *args: str, timeout_s: float = 120.0):
             out.read().decode("utf-8", "replace"),
             err.read().decode("utf-8", "replace"),
             wall_s,
-            usage.ru_maxrss / 1024,
+            peak_kib / 1024,
         )
 
 
@@ -180,6 +183,7 @@ def test_f5_brace_lines_from_a_login_script_cost_no_memory(hostile_sshd: Hostile
     the slice); after, the client's peak RSS stays that of a normal run."""
     hostile_sshd.set_mode("braces", lines=60000)
     rc, _out, err, wall_s, rss_mib = _peak_rss_mib(hostile_sshd, *_ssh_args(hostile_sshd))
+    print(f"WALL f5-braces {wall_s:.2f} s deadline 6 s; peak RSS {rss_mib:.0f} MiB")
     assert rc == 4, err
     assert "printed no snapshot" in err, err
     assert rss_mib < 250, f"peak RSS {rss_mib:.0f} MiB"
@@ -196,6 +200,7 @@ def test_f5_endless_remote_stdout_is_capped(hostile_sshd: HostileSshd) -> None:
     rc, _out, err, wall_s, rss_mib = _peak_rss_mib(
         hostile_sshd, *_ssh_args(hostile_sshd, deadline_s)
     )
+    print(f"WALL f5-endless {wall_s:.2f} s deadline {deadline_s:g} s; peak RSS {rss_mib:.0f} MiB")
     assert rc == 4, err
     assert "Traceback" not in err
     assert re.search(r"more than \d+ MiB on stdout|stopped answering", err), err

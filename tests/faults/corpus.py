@@ -124,6 +124,9 @@ ENV_BY_NAME = {
     "DB_PWD": "CpEnvDbPwd46x",
 }
 
+# A header dict among the locals of the waiting frame: values under secret-looking keys
+LOCAL_HEADERS = {"Authorization": "CpLocalBearer47Tok3n", "Cookie": "CpLocalCookie48"}
+
 # What the HTTP endpoint answers (the probe keeps 200 characters of it)
 HTTP_BODY_FORMS = [3, 7, 21]  # indexes into FREE_TEXT
 
@@ -134,4 +137,5 @@ def secrets() -> dict[str, str]:
     out.update({f"pem body {i}": body[3:40] for i, body in enumerate(PEM_BODY)})
     out.update({f"argv {flag}": value for flag, value in ARGV})
     out.update({f"env {key}": value for key, value in ENV_BY_NAME.items()})
+    out.update({f"local header {k}": v for k, v in LOCAL_HEADERS.items()})
     return out

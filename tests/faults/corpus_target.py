@@ -45,7 +45,8 @@ def _waiting_frame(lifetime_s: float) -> None:
     for i in range(len(corpus.FREE_TEXT)):
         src.append(f"    v{i} = corpus.FREE_TEXT[{i}][1]")
     src += [
-        "    headers = {'Authorization': 'Bearer CpLocalBearer47Tok3n', 'Cookie': 'a=CpLocalCookie48'}",
+        "    headers = {'Authorization': 'Bearer ' + corpus.LOCAL_HEADERS['Authorization'],"
+        " 'Cookie': 'a=' + corpus.LOCAL_HEADERS['Cookie']}",
         "    r, _w = os.pipe()",
         "    end = time.monotonic() + lifetime_s",
         "    while time.monotonic() < end:",

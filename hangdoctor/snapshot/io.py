@@ -114,14 +114,21 @@ def read_snapshot_file(path: str) -> str | None:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
     except OSError:
         return None
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_SNAPSHOT_BYTES:
-            return None
-        head = f.read(1024)
-        if not head.lstrip().startswith(b"{") or b'"schema_version"' not in head:
-            return None
-        return (head + f.read()).decode("utf-8", "replace")
+            return None  # a folder, a FIFO, a device: the evidence reader says what to do
+        with os.fdopen(fd, "rb") as f:
+            fd = -1
+            head = f.read(1024)
+            if not head.lstrip().startswith(b"{") or b'"schema_version"' not in head:
+                return None
+            return (head + f.read()).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        if fd >= 0:
+            os.close(fd)
 
 
 def dump_snapshot(snapshot: dict[str, Any]) -> str:

@@ -131,7 +131,9 @@ _URL_CREDS = re.compile(
 # Longer lines are cut before redaction (at a word boundary, so a secret is never half kept):
 # a line of 200 KB tells a reader nothing its first 16 KB does not.
 MAX_LINE_CHARS = 16384
-_BASE64_LINE = re.compile(r"^\s*[A-Za-z0-9+/]{60,80}={0,2}\s*$")
+# a key or certificate body line: base64 of PEM width, mixed case and digits (a 64-character
+# hex digest or container id is all lowercase, and kept)
+_BASE64_LINE = re.compile(r"^\s*(?=[^\n]*[A-Z])(?=[^\n]*[a-z])(?=[^\n]*\d)[A-Za-z0-9+/]{60,80}={0,2}\s*$")
 _PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----")
 

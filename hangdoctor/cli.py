@@ -318,18 +318,6 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     return analysis, results, time.monotonic() - t0
 
 
-def _companions_ok(output: str) -> bool:
-    """A snapshot is saved next to -o only when -o is (or will be) a regular file: never
-    ``/dev/stdout.snapshot.json``."""
-    import os
-    import stat
-
-    try:
-        return stat.S_ISREG(os.stat(output).st_mode)
-    except OSError:
-        return not os.path.islink(output)
-
-
 def _warm_nice() -> int:
     """The lowest priority the warm-up may take: 19 where it can be raised back to 0 after the
     collection (root, or RLIMIT_NICE allows it), else 5 (an unprivileged process cannot)."""
@@ -369,7 +357,9 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
     extra = []
     snap_path = kw.get("save_snapshot")
     derived = False
-    if not snap_path and kw.get("output") and _companions_ok(kw["output"]):
+    from hangdoctor.outfile import companions_ok
+
+    if not snap_path and kw.get("output") and companions_ok(kw["output"]):
         out = Path(kw["output"])
         snap_path = str(out.with_name(out.stem + ".snapshot.json"))
         derived = True  # a predictable name: never written through a symlink planted there

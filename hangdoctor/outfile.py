@@ -43,6 +43,15 @@ def dir_mode() -> int:
     return 0o777 & ~current_umask()
 
 
+def companions_ok(output: str) -> bool:
+    """Whether files may be saved next to ``output`` (``NAME.snapshot.json``): only when it
+    is, or will be, a regular file; never ``/dev/stdout.snapshot.json``."""
+    try:
+        return stat.S_ISREG(os.stat(output).st_mode)
+    except OSError:
+        return not os.path.islink(output)
+
+
 def check_output_path(path: str, what: str = "output", follow_symlink: bool = True) -> None:
     """Refuse, before any work, a path that could not be written: a dangling symlink, a
     folder, a missing parent folder, or (``follow_symlink=False``) any symlink."""

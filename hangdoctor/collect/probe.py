@@ -203,12 +203,15 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         for cand in r.record.pop("_log_candidates", []):
             if not log_given and cand not in log_paths:
                 log_paths.append(cand)
-    log_a = None  # type: Optional[sources.LogRead]
+    log_a = log_end = None  # type: Optional[sources.LogRead]
     if not log_paths:
         man.add("log", "not-given", 0.0, "no server log given and none found on the server's stdout",
                 "pass --log FILE")
     elif window_s > 0:
         log_a = sources.LogRead(log_paths[:8], log_given, tail=False)
+    else:
+        # --window 0: one reading, started now so that its child overlaps the dumps
+        log_end = sources.LogRead(log_paths[:8], log_given, tail=True)
 
     # background sources, all overlapping the window
     py_targets = [r for r in readers if r.record.get("is_python") and r.record.get("alive")]
@@ -278,7 +281,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             r.record.setdefault("exit_info", "unreadable at window end: %s" % exc)
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
     if log_paths:
-        _read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline)
+        _read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline, log_end)
 
     # gather, within the deadline
     results = {}  # type: Dict[str, Any]
@@ -514,7 +517,8 @@ LOG_TIMEOUT_S = 3.0  # for each read of the log: a hung mount never answers
 
 
 def _read_log(snap: Dict[str, Any], log_a: Optional[sources.LogRead], paths: List[str],
-              given: bool, man: Manifest, hard_deadline: float) -> None:
+              given: bool, man: Manifest, hard_deadline: float,
+              log_end: Optional[sources.LogRead] = None) -> None:
     """The log's size at the window's start (``log_a``), its tail and size at the end."""
     t0 = time.monotonic()
 
@@ -538,7 +542,9 @@ def _read_log(snap: Dict[str, Any], log_a: Optional[sources.LogRead], paths: Lis
         _log_error(start, given, man, time.monotonic() - t0)
         return
     path = start["path"] if start is not None else None
-    end = sources.LogRead([path] if path else paths, given or bool(path), tail=True).result(budget())
+    if log_end is None:
+        log_end = sources.LogRead([path] if path else paths, given or bool(path), tail=True)
+    end = log_end.result(budget())
     if timed_out(end, path or where):
         return
     if not end.get("path") or end.get("error"):

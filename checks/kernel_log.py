@@ -25,26 +25,61 @@ def kernel_log(ev: Evidence):
 
     Confirm by hand: sudo dmesg -T | grep -iE 'xid|killed process|oom|aer|blocked for more than'
     """
+    from hangdoctor.evidence.kernel import relevance, scope_of
+
     kv = ev.kernel
     signals = []
     tree_pids = {p.pid for p in ev.processes}
+    # Host-wide lines weigh by whether they name the diagnosed processes or their GPUs and by
+    # when they were logged; the rest is context (said in the summary, never a cause).
+    scope = scope_of(ev.snapshots, ev.processes, ev.gpus)
+    context = 0
     for x in kv.xids[-5:]:
         what, w = _XID.get(x.code, ("Xid error", 0.5))
+        kind, factor = relevance(scope, pid=x.pid, name=x.name, text=x.text, pci=x.pci,
+                                 host_wide=True)
+        if kind == "context":
+            context += 1
+            continue
         who = f", pid {x.pid} ({x.name})" if x.pid else ""
-        signals.append(support("gpu-fault", w, f"Xid {x.code} on {x.pci or 'a GPU'}: {what}{who}"))
+        signals.append(support("gpu-fault", round(w * factor, 3),
+                               f"Xid {x.code} on {x.pci or 'a GPU'}: {what}{who}"))
     for o in kv.oom_kills[-5:]:
-        signals.append(support("host-oom-or-swap", 0.6, f"the OOM killer killed pid {o.pid} ({o.name})"))
+        kind, factor = relevance(scope, pid=o.pid, name=None, text=o.text)
+        if kind == "context":
+            context += 1
+            continue
+        # an OOM kill of anyone says the host ran out of memory while the server ran
+        signals.append(support("host-oom-or-swap", 0.6 if kind == "names" else 0.45,
+                               f"the OOM killer killed pid {o.pid} ({o.name})"))
         if o.pid in tree_pids or (o.name and any(o.name == p.name for p in ev.workers)):
             signals.append(support("rank-died", 0.6, f"the OOM killer killed pid {o.pid} ({o.name}) of the server",
                                    odd=[{"pid": o.pid, "rank": None, "why": "killed by the OOM killer"}]))
     for line in kv.aer[-3:]:
-        signals.append(support("gpu-fault", 0.35, f"PCIe AER error: {line.strip()[:140]}"))
+        kind, factor = relevance(scope, pid=None, name=None, text=line, host_wide=True)
+        if kind == "context":
+            context += 1
+            continue
+        signals.append(support("gpu-fault", round(0.35 * factor, 3), f"PCIe AER error: {line.strip()[:140]}"))
     for h in kv.hung_tasks[-3:]:
-        w = 0.5 if h.pid in tree_pids else 0.25
+        kind, _factor = relevance(scope, pid=h.pid, name=h.name, text=h.text)
+        if kind == "context":
+            context += 1
+            continue
+        if h.pid in tree_pids:
+            w = 0.5
+        elif kind == "names":
+            w = 0.4  # a task of the server's name, logged lately
+        else:
+            w = 0.1  # another process stuck in I/O while the server ran: a shared disk, maybe
         signals.append(support("io-stall", w, f"kernel: task {h.name}:{h.pid} blocked for more than {h.blocked_s} s"))
+    ctx = (f"; {context} older line(s) about other processes kept as context" if context else "")
     if signals:
         signals.sort(key=lambda s: -s.weight)
-        return fired(signals[0].text, *signals)
+        return fired(signals[0].text + ctx, *signals)
+    if context:
+        return cleared(f"the kernel log names none of the diagnosed processes or their GPUs since "
+                       f"they started ({context} line(s) of context)")
     return cleared("no Xid, OOM-killer, AER or hung-task lines in the kernel log",
                    against("gpu-fault", 0.3, "no Xid or AER lines in the kernel log"),
                    against("host-oom-or-swap", 0.2, "no OOM-killer lines in the kernel log"))

@@ -195,10 +195,17 @@ def raw_files(snapshot: dict[str, Any]) -> dict[str, bytes]:
     processes = snapshot.get("processes") if isinstance(snapshot.get("processes"), list) else []
     by_pid = {str(p.get("pid")): p for p in processes if isinstance(p, dict)}
     stacks = snapshot.get("stacks") if isinstance(snapshot.get("stacks"), dict) else {}
+    stems: set[str] = set()
     for pid, entry in sorted(stacks.items(), key=lambda kv: (len(kv[0]), kv[0])):
         if not isinstance(entry, dict):
             continue
+        # "1/2" and "1_2" both make "1_2": number the later one rather than lose it
         stem = f"stacks/{safe_name(str(pid))}"
+        number = 2
+        while stem in stems:
+            stem = f"stacks/{safe_name(str(pid))}-{number}"
+            number += 1
+        stems.add(stem)
         files[stem + ".txt"] = stack_text(str(pid), entry, by_pid.get(str(pid))).encode(
             "utf-8", "backslashreplace"
         )
@@ -264,7 +271,10 @@ def bundle_files(
         doc: Any = (
             snapshots[0] if len(snapshots) == 1 else {"schema_version": 1, "hosts": snapshots}
         )
-        files["snapshot.json"] = _json_bytes(doc)
+        # compact: the bundle's own snapshot is read back by `hangdoctor report` (F12)
+        files["snapshot.json"] = (
+            json.dumps(doc, separators=(",", ":"), default=str, ensure_ascii=False) + "\n"
+        ).encode("utf-8", "backslashreplace")
     files.update(_render(analysis, problems))
     names_seen: set[str] = set()
     for snap in snapshots:
@@ -322,46 +332,57 @@ def build_manifest(
 
 
 def _tar_bytes(files: dict[str, bytes], root: str, handle: Any) -> None:
+    from hangdoctor.outfile import dir_mode, file_mode
+
     now = time.time()
+    fmode, dmode = file_mode(), dir_mode()  # the umask, as for any file we write (F9)
     with tarfile.open(fileobj=handle, mode="w:gz", compresslevel=6) as tar:
         folders = sorted({str(Path(p).parent) for p in files} - {"."})
         for folder in [""] + folders:
             info = tarfile.TarInfo(f"{root}/{folder}".rstrip("/"))
-            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, now
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, dmode, now
             tar.addfile(info)
         for rel, body in sorted(files.items()):
             info = tarfile.TarInfo(f"{root}/{rel}")
-            info.size, info.mode, info.mtime = len(body), 0o644, now
+            info.size, info.mode, info.mtime = len(body), fmode, now
             tar.addfile(info, io.BytesIO(body))
 
 
 def write_tar(files: dict[str, bytes], path: str) -> None:
-    """Write ``files`` as a gzip'd tar at ``path`` atomically (under one top-level folder)."""
-    target = Path(path)
-    # The temporary name does not end in .tar.gz, so globs for finished bundles never see it.
-    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
-    try:
-        with open(tmp, "wb") as handle:
-            _tar_bytes(files, bundle_root_name(path), handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, target)
-    except BaseException:
-        _remove(tmp)
-        raise
+    """Write ``files`` as a gzip'd tar at ``path`` atomically (under one top-level folder).
+
+    The archive is built under a name nobody can guess or plant (mkstemp), then renamed onto
+    ``path``; a path that is a device or FIFO (``-o /dev/null``) is written to as it is."""
+    from hangdoctor import outfile
+
+    buf = io.BytesIO()
+    _tar_bytes(files, bundle_root_name(path), buf)
+    outfile.write_bytes(path, buf.getvalue(), what="bundle")
 
 
 def write_folder(files: dict[str, bytes], path: str) -> None:
-    """Write ``files`` into a new folder ``path`` atomically (a staged folder, then a rename)."""
+    """Write ``files`` into a new folder ``path`` atomically (a staged folder, then a rename).
+
+    The staging folder is made by mkdtemp (0700, an unpredictable name): nobody can plant a
+    symlink in it (a ``raw/stacks`` link was followed before). Files and folders get the
+    umask's modes."""
+    from hangdoctor import outfile
+
     target = Path(path)
-    if target.exists():
+    if os.path.lexists(target):
         raise FileExistsError(f"{path} already exists")
-    tmp = target.with_name(f".{target.name}.partial-{os.getpid()}")
+    tmp = Path(outfile.private_dir(str(target.parent), f".{target.name}.partial-"))
+    fmode, dmode = outfile.file_mode(), outfile.dir_mode()
     try:
         for rel, body in files.items():
             dest = tmp / rel
             dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.write_bytes(body)
+            fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                         fmode)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(body)
+        for folder in sorted({p.parent for p in tmp.rglob("*")} | {tmp}, reverse=True):
+            os.chmod(folder, dmode)
         os.rename(tmp, target)
     except BaseException:
         _remove(tmp)

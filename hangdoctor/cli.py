@@ -44,7 +44,9 @@ Exit codes:
 
 
 def _err(msg: str) -> None:
-    click.echo(msg, err=True)
+    from hangdoctor.textsafe import clean_text  # remote text never reaches the terminal raw
+
+    click.echo(clean_text(msg), err=True)
 
 
 class _Group(click.Group):
@@ -290,8 +292,19 @@ def _preflight(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str
         log = opts.get("log")
         # Only a path that is not there: a FIFO or a device is the probe's to refuse (it
         # never opens one), with the rest of the evidence collected.
-        if log and not os.path.lexists(log):
+        if log and _log_missing(log):
             raise UsageError(f"--log {log} does not exist on {t.name}", "give the server's log file")
+
+
+def _log_missing(path: str, timeout_s: float = 2.0) -> bool:
+    """Whether the log path is surely not there. Asked of a disposable child: a path on a hung
+    FUSE or NFS mount puts whoever stats it in D state for good, and this process must exit by
+    its deadline. A child that does not answer in time leaves the question to the probe."""
+    from hangdoctor.collect.sources import LogRead
+
+    res = LogRead([path], given=True, tail=False).result(timeout_s)
+    err = str(res.get("error") or "")
+    return not res.get("timeout") and "No such file" in err
 
 
 def _refuse_missing_pids(results: list[Any], by_host: dict[str, list[int]]) -> None:
@@ -439,15 +452,21 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     # log parsers, compiling the report templates) happens while the probe samples its window.
     warm: dict[str, Any] = {}
     probes_started = threading.Event()
+    collected = threading.Event()
 
     def warm_up() -> None:
         # Start once every probe runs (not during imports, SSH handshakes or the first /proc
         # walk), and let a local probe take its first sample before competing for the GIL.
         probes_started.wait(float(kw.get("deadline") or 45.0))
         # At the lowest CPU priority: this work can wait, and on the diagnosed host the server
-        # and the probe's py-spy dumps must not share their CPUs with it.
+        # and the probe's py-spy dumps must not share their CPUs with it. Only as low as can be
+        # undone once the evidence is in (see below).
         with contextlib.suppress(AttributeError, OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            warm["tid"] = threading.get_native_id()
+            if not collected.is_set():
+                os.setpriority(os.PRIO_PROCESS, warm["tid"], _warm_nice())
+            if collected.is_set():  # the collection ended meanwhile: no lowering then
+                os.setpriority(os.PRIO_PROCESS, warm["tid"], 0)
         window = kw.get("window")
         time.sleep(min(0.3, float(2.0 if window is None else window) / 4))
         try:
@@ -474,6 +493,12 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
                          enabled=not kw.get("quiet") and _stream_is_tty(sys.stderr))
     with progress:
         results = _collect(targets, by_host, kw, probes_started)
+    # The evidence is in: the warm-up is now on the critical path. At nice 19 on a busy host
+    # (a server spinning on every core) it got ~1.5 % of a CPU and the join took 20 s past the
+    # deadline; back to normal priority.
+    collected.set()
+    with contextlib.suppress(AttributeError, OSError, KeyError):
+        os.setpriority(os.PRIO_PROCESS, warm["tid"], 0)
     warmer.join()
     if not kw.get("take_what_there_is"):
         _refuse_missing_pids(results, by_host)
@@ -577,11 +602,26 @@ def _given_source_failed(results: list[Any], kw: dict[str, Any]) -> bool:
                for r in results for m in (r.snapshot or {}).get("manifest") or [])
 
 
-def _save_snapshots(path: str, results: list[Any]) -> None:
+def _warm_nice() -> int:
+    """The lowest priority the warm-up may take: 19 where it can be raised back to 0 after the
+    collection (root, or RLIMIT_NICE allows it), else 5 (an unprivileged process cannot)."""
+    try:
+        import resource
+
+        if os.geteuid() == 0 or resource.getrlimit(resource.RLIMIT_NICE)[0] >= 20:
+            return 19
+    except (ImportError, AttributeError, OSError, ValueError):
+        pass
+    return 5
+
+
+def _save_snapshots(path: str, results: list[Any], derived: bool = False) -> None:
     snaps = [r.snapshot for r in results if r.snapshot is not None]
     doc: Any = snaps[0] if len(snaps) == 1 else {"schema_version": 1, "hosts": snaps}
+    from hangdoctor.snapshot.io import write_snapshot_file
+
     try:
-        Path(path).write_text(json.dumps(doc, indent=1, default=str), encoding="utf-8")
+        write_snapshot_file(path, doc, derived=derived)
     except OSError as exc:
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "choose a writable path") from None
 
@@ -599,9 +639,13 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
     # Every path is checked before the window starts, not after it.
     check_report_path(kw.get("output"), kw.get("fmt"))
     snap_path = kw.get("save_snapshot")
-    if not snap_path and kw.get("output"):
+    derived = False
+    from hangdoctor.outfile import companions_ok
+
+    if not snap_path and kw.get("output") and companions_ok(kw["output"]):
         out = Path(kw["output"])
         snap_path = str(out.with_name(out.stem + ".snapshot.json"))
+        derived = True  # a predictable name: never written through a symlink planted there
     if snap_path:
         check_report_path(snap_path, "json", "--save-snapshot" if kw.get("save_snapshot") else
                           f"-o {kw.get('output')}: the snapshot saved next to it,")
@@ -609,8 +653,13 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
     analysis["wall_s"] = round(wall_s, 3)
     extra = []
     if snap_path and any(r.snapshot for r in results):
-        _save_snapshots(snap_path, results)
-        extra.append(f"snapshot: {snap_path}")
+        try:
+            _save_snapshots(snap_path, results, derived)
+            extra.append(f"snapshot: {snap_path}")
+        except UsageError as exc:
+            if not derived:
+                raise
+            _err(f"hangdoctor: warning: snapshot not saved: {exc.one_line()}")  # the report still is
     _emit(analysis, kw.get("output"), kw.get("fmt"), kw.get("as_json", False), kw.get("quiet", False), extra,
           wide=kw.get("wide", False), color=kw.get("color") or "auto")
     failures = any(r.error for r in results) or _given_source_failed(results, kw)
@@ -691,13 +740,13 @@ def _looks_binary(text: str) -> bool:
 
 
 def _read_documents(
-    paths: tuple[str, ...],
+    paths: tuple[str, ...], redact: bool = True,
 ) -> tuple[list[dict[str, Any]], list[tuple[str, str]], list[str], dict[str, str]]:
     """Split inputs into saved snapshots, raw text evidence, and inputs with nothing to read;
     and map the name each text got to the path as typed (for messages)."""
     from hangdoctor.parsers.assemble import read_input
     from hangdoctor.parsers.detect import sniff_json_document
-    from hangdoctor.snapshot.io import load_snapshot_text
+    from hangdoctor.snapshot.io import load_snapshot_text, read_snapshot_file
 
     snapshots: list[dict[str, Any]] = []
     texts: list[tuple[str, str]] = []
@@ -709,10 +758,11 @@ def _read_documents(
             if "snapshot.json" not in bundle:
                 raise InputError(f"{p} is a bundle without a snapshot (nothing was collected)",
                                  f"its analysis: hangdoctor report {p}")
-            snapshots.extend(load_snapshot_text(bundle["snapshot.json"], f"{p}:snapshot.json"))
+            snapshots.extend(load_snapshot_text(bundle["snapshot.json"], f"{p}:snapshot.json", redact=redact))
             continue
         try:
-            name, text = read_input(p)
+            whole = read_snapshot_file(p) if p != "-" else None  # our own documents: whole
+            name, text = (p, whole) if whole is not None else read_input(p)
             typed[name] = p
         except HangdoctorError:
             raise
@@ -720,7 +770,7 @@ def _read_documents(
             raise InputError(f"{p}: {exc}", "give a readable text file, or - for standard input") from None
         kind = sniff_json_document(text)
         if kind == "snapshot":
-            snapshots.extend(load_snapshot_text(text, name))
+            snapshots.extend(load_snapshot_text(text, name, redact=redact))
         elif kind == "analysis":
             raise InputError(f"{name} is an analysis, not evidence", f"use: hangdoctor report {p}")
         elif not str(text).strip() or _looks_binary(str(text)):
@@ -734,19 +784,27 @@ _WHAT_IS_READ = ("give py-spy dumps, faulthandler dumps, tracebacks, server / NC
                  "nvidia-smi, ps or env output, a saved snapshot or a snapshot bundle")
 
 
+_NO_REDACT_ON_LOAD = click.option(
+    "--no-redact", is_flag=True,
+    help="keep the secrets of a snapshot taken with --no-redact: for private use only")
+
+
 @main.command(epilog=EXIT_CODES_HELP)
 @click.argument("evidence", nargs=-1, required=True)
 @_output_options
+@_NO_REDACT_ON_LOAD
 def analyze(evidence: tuple[str, ...], output: str | None, fmt: str | None, as_json: bool,
-            checks_dirs: tuple[str, ...], quiet: bool, wide: bool, color: str) -> None:
+            checks_dirs: tuple[str, ...], quiet: bool, wide: bool, color: str,
+            no_redact: bool = False) -> None:
     """Analyse saved snapshots, snapshot bundles (NAME.tar.gz or the folder) or raw evidence
     pasted in a ticket (py-spy dumps, logs, dmesg, nvidia-smi, ps, env): any mix, any file
     names; a folder stands for its files; - reads standard input."""
+    from hangdoctor.snapshot.io import mark_unredacted
     from hangdoctor.triage.analyze import analyze as run_analysis
 
     check_report_path(output, fmt)
     checks = _load_checks(checks_dirs)
-    snapshots, texts, unrecognised, typed = _read_documents(evidence)
+    snapshots, texts, unrecognised, typed = _read_documents(evidence, redact=not no_redact)
     if texts:
         from hangdoctor.parsers.assemble import analyze_inputs
 
@@ -761,6 +819,7 @@ def analyze(evidence: tuple[str, ...], output: str | None, fmt: str | None, as_j
     for name in unrecognised:
         _err(f"hangdoctor: warning: nothing recognised in {name}; left out")
     analysis = run_analysis(snapshots, checks, command=_command_line())
+    mark_unredacted(analysis, snapshots)
     _emit(analysis, output, fmt, as_json, quiet, wide=wide, color=color)
     sys.exit(_exit_code(analysis, False))
 
@@ -773,13 +832,15 @@ def analyze(evidence: tuple[str, ...], output: str | None, fmt: str | None, as_j
               help="report format when -o's suffix does not say, or for stdout")
 @click.option("--checks-dir", "checks_dirs", multiple=True, type=click.Path(file_okay=False),
               help="also load the checks in this folder (when DOCUMENT is a snapshot)")
-def report(document: str, output: str | None, fmt: str | None, checks_dirs: tuple[str, ...]) -> None:
+@_NO_REDACT_ON_LOAD
+def report(document: str, output: str | None, fmt: str | None, checks_dirs: tuple[str, ...],
+           no_redact: bool = False) -> None:
     """Re-render a saved analysis, a snapshot or a snapshot bundle (NAME.tar.gz or its
     folder) without the host. Without -o the report goes to stdout, as Markdown."""
     from hangdoctor.parsers.assemble import read_input
     from hangdoctor.parsers.detect import sniff_json_document
     from hangdoctor.report.render import render_json, render_markdown, write_report
-    from hangdoctor.snapshot.io import load_snapshot_text
+    from hangdoctor.snapshot import io as snapshot_io
     from hangdoctor.triage.analyze import analyze as run_analysis
 
     check_report_path(output, fmt)
@@ -790,12 +851,17 @@ def report(document: str, output: str | None, fmt: str | None, checks_dirs: tupl
             else ("snapshot", bundle["snapshot.json"])
         name = document
     else:
-        name, text = read_input(document)
+        whole = snapshot_io.read_snapshot_file(document) if document != "-" else None
+        name, text = (document, whole) if whole is not None else read_input(document)
         kind = sniff_json_document(text)
     if kind == "analysis":
         analysis = json.loads(text)
+        if not no_redact:
+            analysis = snapshot_io.redact_loaded_analysis(analysis)
     elif kind == "snapshot":
-        analysis = run_analysis(load_snapshot_text(text, name), _load_checks(checks_dirs), command=_command_line())
+        snaps = snapshot_io.load_snapshot_text(text, name, redact=not no_redact)
+        analysis = run_analysis(snaps, _load_checks(checks_dirs), command=_command_line())
+        snapshot_io.mark_unredacted(analysis, snaps)
     else:
         raise InputError(f"{name} is neither a hangdoctor analysis, a snapshot nor a bundle",
                          f"for raw evidence use: hangdoctor analyze {document}")

@@ -24,6 +24,7 @@ from typing import Any, Iterator
 import click
 
 from hangdoctor.errors import HangdoctorError, UsageError
+from hangdoctor.textsafe import clean_text
 
 SNAPSHOT_DEADLINE_S = 20.0
 # Rendering the reports and writing the archive took ~0.3 s for a 5-process snapshot on the
@@ -141,8 +142,11 @@ def _check_output(path: str) -> None:
             f"cannot write the bundle: folder {parent} is not writable", "give a writable -o"
         )
     from hangdoctor import bundle as bundle_mod  # lazy: tarfile and hashlib, ~12 ms
+    from hangdoctor.outfile import check_output_path
 
-    if not bundle_mod.is_tar_path(path) and os.path.exists(path):
+    if bundle_mod.is_tar_path(path):
+        check_output_path(path, "bundle")  # a dangling symlink fails here, not after collecting
+    elif os.path.lexists(path):
         raise UsageError(
             f"{path} exists and is not a folder",
             "give a new folder name, an existing folder, or NAME.tar.gz",
@@ -406,10 +410,10 @@ def snapshot_main(
             hosts, kw, output, kw["deadline"], verbose=verbose, started_s=started_s
         )
     for line in [] if outcome.errors_shown else outcome.errors:
-        click.echo(f"hangdoctor: {line}", err=True)
+        click.echo(clean_text(f"hangdoctor: {line}"), err=True)
     for line in outcome.problems:
         if line not in outcome.errors:
-            click.echo(f"hangdoctor: warning: {line}", err=True)
+            click.echo(clean_text(f"hangdoctor: warning: {line}"), err=True)
     if verbose:
         from hangdoctor.report.render import render_terminal
 
@@ -421,7 +425,7 @@ def snapshot_main(
                 color=use_color,
             )
         except Exception as exc:  # the summary is a courtesy; the bundle is written
-            click.echo(f"hangdoctor: warning: no terminal summary: {exc}", err=True)
+            click.echo(clean_text(f"hangdoctor: warning: no terminal summary: {exc}"), err=True)
         click.echo(f"bundle: {outcome.bundle} ({outcome.duration_s:.1f} s)", err=True)
     if as_json:
         click.echo(json.dumps(outcome.summary()))
@@ -577,6 +581,7 @@ def watch_main(
         if len(received) > 1:
             raise SystemExit(128 + signum)  # asked twice: stop now
         stop.set()
+        watch_mod.abort_poll()  # a poll stuck on a slow server ends now, not at its timeout
 
     old_handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     what = " and ".join(filter(None, [", ".join(urls), ", ".join(f"port {p}" for p in ports)]))

@@ -50,43 +50,101 @@ _SAFE_KEYS = frozenset(
 # Command-line flags whose *next* argument (or ``=value``) is secret.
 _SECRET_FLAG = re.compile(
     r"^--?[A-Za-z0-9_.-]*(token|secret|passw(or)?d|passwd|api[-_]?key|access[-_]?key|"
-    r"private[-_]?key|credential|auth|cookie)[A-Za-z0-9_.-]*$",
+    r"private[-_]?key|credential|auth|cookie|jwt|bearer|session|signature|"
+    r"[-_]key(?=$|[-_])|[-_]pwd$)[A-Za-z0-9_.-]*$|^-p$",
     re.IGNORECASE,
 )
 
+# Every pattern below does bounded work per character: a token starts only where a run of its
+# characters starts (a look-behind, never ``\b``, since ``_`` is a word character and
+# ``OPENAI_API_KEY`` must still be seen), and repeats are capped. One 200 KB log line of
+# ``a.a.a...`` took 78 s through the old URL pattern (quadratic), holding the GIL.
+_NOT_AFTER_ALNUM = r"(?<![A-Za-z0-9])"
+_NOT_IN_TOKEN = r"(?<![A-Za-z0-9_-])"
 _VALUE_PATTERNS = [
     # Hugging Face tokens
-    re.compile(r"\bhf_[A-Za-z0-9]{20,}\b"),
-    # OpenAI-style / generic sk- keys (sk-..., sk-proj-...)
-    re.compile(r"\bsk-(?:[A-Za-z0-9_-]{2,}-)?[A-Za-z0-9_-]{16,}"),
-    # AWS access key ids and secrets following them
-    re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}\b"),
-    # GitHub / GitLab / Slack tokens
-    re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})\b"),
-    re.compile(r"\bglpat-[A-Za-z0-9_-]{20,}\b"),
-    re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}\b"),
+    re.compile(_NOT_AFTER_ALNUM + r"hf_[A-Za-z0-9]{20,}"),
+    # OpenAI-style / generic sk- keys (sk-..., sk-proj-...), Stripe sk_live_ / rk_test_
+    re.compile(_NOT_IN_TOKEN + r"sk-[A-Za-z0-9_-]{16,}"),
+    re.compile(_NOT_IN_TOKEN + r"[sr]k_(?:live|test)_[A-Za-z0-9]{10,}"),
+    # AWS access key ids
+    re.compile(_NOT_AFTER_ALNUM + r"(?:AKIA|ASIA|AGPA|AIDA|AROA|ANPA|ANVA|AIPA)[A-Z0-9]{16}(?![A-Z0-9])"),
+    # GitHub / GitLab / Slack / npm / PyPI / Databricks / Google OAuth tokens
+    re.compile(_NOT_AFTER_ALNUM + r"(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"),
+    re.compile(_NOT_AFTER_ALNUM + r"glpat-[A-Za-z0-9_-]{20,}"),
+    re.compile(_NOT_AFTER_ALNUM + r"xox[abposre]-[A-Za-z0-9-]{10,}"),
+    re.compile(_NOT_AFTER_ALNUM + r"npm_[A-Za-z0-9]{30,}"),
+    re.compile(_NOT_AFTER_ALNUM + r"pypi-[A-Za-z0-9_-]{40,}"),
+    re.compile(_NOT_AFTER_ALNUM + r"dapi[a-f0-9]{32}(?:-\d+)?"),
+    re.compile(_NOT_AFTER_ALNUM + r"ya29\.[A-Za-z0-9_-]{20,}"),
     # Google API keys
-    re.compile(r"\bAIza[0-9A-Za-z_-]{35}\b"),
+    re.compile(_NOT_AFTER_ALNUM + r"AIza[0-9A-Za-z_-]{35}"),
+    # Slack / Discord webhook URLs: the path is the credential
+    re.compile(r"(?<=hooks\.slack\.com/)(?:services|workflows|triggers)/[A-Za-z0-9/_-]{8,}"),
+    re.compile(r"(?<=discord\.com/api/webhooks/)[0-9]{5,}/[A-Za-z0-9_-]{20,}"),
     # JWT-looking strings: three base64url parts, the first two starting with eyJ
-    re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
-    # PEM private key blocks (also when squeezed onto one line)
+    re.compile(_NOT_IN_TOKEN + r"eyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"),
+    # PEM private key blocks (also when squeezed onto one line); one cut across lines is
+    # handled by redact_lines, which carries "inside a key block" from line to line
     re.compile(
-        r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|$)",
+        r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----.*?(?:-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----|$)",
         re.DOTALL,
     ),
 ]
 # "Bearer xyz" / "Basic xyz": keep the scheme, hide the credential.
-_SCHEME = re.compile(r"(?i)(\b(?:bearer|basic|token)\s+)([A-Za-z0-9._~+/=:-]{6,})")
-# "Authorization: xyz" / "token=xyz" style: keep the label, hide the value (a scheme word after
-# the label is left for _SCHEME, so "Authorization: Bearer xyz" hides xyz, not "Bearer").
-_LABELLED = re.compile(
-    r"(?i)(\b(?:authorization|x-api-key|api[-_]?key|apikey|access[-_]?token|"
-    r"auth[-_]?token|hf[-_]?token|token|secret|password|passwd|pwd)\b[\"']?\s*[:=]\s*[\"']?)"
-    r"(?!(?:bearer|basic|token)\s|\[REDACTED\])"
-    r"([^\s\"',;&)}\]]{4,})"
+_SCHEME = re.compile(r"(?i)(?<![A-Za-z0-9_-])((?:bearer|basic|token)\s+)([A-Za-z0-9._~+/=:-]{6,})")
+# Cookie: / Set-Cookie: headers: the whole value is credentials.
+_COOKIE = re.compile(r"(?i)(?<![A-Za-z0-9_-])((?:set-)?cookie[\"']?\s*[:=]\s*)([^\r\n]+)")
+# Labelled values, "Authorization: xyz", "OPENAI_API_KEY=xyz", "\"refresh_token\": \"xyz\"",
+# "Namespace(openai_api_key='xyz')": any name that *ends* in a secret word (so
+# max_num_batched_tokens and tokenizer are not hidden). A scheme word after the label is left
+# for _SCHEME.
+_SECRET_WORDS = (
+    r"token|secret|password|passwd|pwd|passphrase|api[-_]?key|apikey|access[-_]?key|"
+    r"private[-_]?key|secret[-_]?key|signing[-_]?key|key|credentials?|auth|authorization|"
+    r"cookie|session[-_]?id|session|signature|sig|sas|jwt|bearer"
 )
-# user:password@ in URLs
-_URL_CREDS = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://[^\s/:@]+):([^\s/@]+)@")
+_LABELLED = re.compile(
+    r"(?i)(?<![A-Za-z0-9_.-])((?:[A-Za-z0-9_.-]{0,80}?[-_.])?(?:" + _SECRET_WORDS + r"))"
+    r"(\\?[\"']?\s{0,8}[:=]\s{0,8}\\?)"
+    r"(?:\"([^\"\\\r\n]{1,4096})\\?\"|'([^'\\\r\n]{1,4096})\\?'|([^\s\"'\\,;&)}\]]{1,4096}))"
+)
+# Values a secret-named label may carry that are not secrets: keep them (they tell a reader
+# whether a token was set at all).
+_HARMLESS_VALUE = re.compile(r"(?i)^(?:true|false|none|null|yes|no|0|1|\*+|-|\[REDACTED\])$")
+# ``--api-key value`` inside a log line or a printed command
+# (also as a list's repr, ``['--api-key', 'value']``, where ``-p`` counts too)
+_FLAG_IN_TEXT = re.compile(
+    r"(?<![A-Za-z0-9_.-])(--[A-Za-z][A-Za-z0-9_.-]{0,80}|(?<=['\"])-[A-Za-z])"
+    r"([ \t]{1,8}|[\"']\s{0,4},\s{0,4}(?=[\"']))"
+    r"(?:\"([^\"\r\n]{1,4096})\"|'([^'\r\n]{1,4096})'|([^\s\"']{1,4096}))"
+)
+# Credentials in URLs: user:password@, :password@ (redis), and a token as the user of an http(s)
+# URL (https://TOKEN@github.com/). The scheme starts a run (no quadratic rescan), every part is
+# capped.
+_URL_CREDS = re.compile(
+    r"(?i)(?<![a-z0-9+.-])([a-z][a-z0-9+.-]{0,31}://)([^\s/@:?#]{0,256})(?::([^\s/@]{0,512}))?@"
+)
+# Azure SAS / S3 / GCS presigned query parameters (sig=, X-Amz-Signature=, X-Goog-Signature=,
+# X-Amz-Security-Token=): caught by _LABELLED through their names.
+
+# Longer lines are cut before redaction (at a word boundary, so a secret is never half kept):
+# a line of 200 KB tells a reader nothing its first 16 KB does not.
+MAX_LINE_CHARS = 16384
+# a key or certificate body line: base64 of PEM width, mixed case and digits (a 64-character
+# hex digest or container id is all lowercase, and kept)
+_BASE64_LINE = re.compile(r"^\s*(?=[^\n]*[A-Z])(?=[^\n]*[a-z])(?=[^\n]*\d)[A-Za-z0-9+/]{60,80}={0,2}\s*$")
+_PEM_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]{0,40}PRIVATE KEY-----")
+_PEM_END = re.compile(r"-----END [A-Z0-9 ]{0,40}PRIVATE KEY-----")
+
+
+def is_secret_flag(flag: str) -> bool:
+    """True for ``--api-key``-like flags; ``--tokenizer`` and ``--max-num-batched-tokens`` name
+    no secret (their values are model names and counts a report needs)."""
+    low = flag.lower()
+    if "tokenizer" in low or low.endswith(("tokens", "-token-id", "_token_id")):
+        return False
+    return bool(_SECRET_FLAG.match(flag))
 
 
 def is_secret_key(key: str) -> bool:
@@ -96,15 +154,109 @@ def is_secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key))
 
 
+def cut_line(line: str, limit: int) -> str:
+    """``line`` cut to about ``limit`` characters, never inside a word: a token cut in two
+    would be too short for its pattern and half of it would be kept."""
+    if len(line) <= limit:
+        return line
+    head = line[:limit]
+    space = max(head.rfind(" "), head.rfind("\t"))
+    if space >= limit - 512:
+        head = head[:space]  # drop the word the cut went through: it may be half a token
+    else:
+        head = head[: max(0, limit - 512)]
+    return head + " [... %d characters cut]" % (len(line) - len(head))
+
+
+def cap_lines(text: str, limit: int = MAX_LINE_CHARS) -> str:
+    """``text`` with every line longer than ``limit`` cut (see MAX_LINE_CHARS)."""
+    if len(text) <= limit:
+        return text
+    return "\n".join(cut_line(ln, limit) for ln in text.split("\n"))
+
+
+def _mask_url(m: Any) -> str:
+    scheme, user, password = m.group(1), m.group(2), m.group(3)
+    if password is not None:
+        if password == MASK:
+            return m.group(0)
+        return scheme + user + ":" + MASK + "@"
+    if scheme.lower() in ("http://", "https://") and user and user != MASK:
+        return scheme + MASK + "@"
+    return m.group(0)
+
+
+def _mask_labelled(m: Any) -> str:
+    value = m.group(3) or m.group(4) or m.group(5) or ""
+    if _HARMLESS_VALUE.match(value) or MASK in value:
+        return m.group(0)
+    if value[:1] in ("[", "{") or value.lower() in ("bearer", "basic", "token"):
+        return m.group(0)
+    if re.match(r"(?i)(?:bearer|basic|token)\s", value):
+        return m.group(0)  # the scheme is kept, _SCHEME hides what follows it
+    return _replace_value(m, value)
+
+
+def _replace_value(m: Any, value: str) -> str:
+    """The match with only ``value`` masked (quotes and escapes around it kept as they were)."""
+    full = m.group(0)
+    i = full.rfind(value)
+    return full[:i] + MASK + full[i + len(value):]
+
+
+def _mask_flag(m: Any) -> str:
+    value = m.group(3) or m.group(4) or m.group(5) or ""
+    if not is_secret_flag(m.group(1)) or value.startswith("-") or MASK in value:
+        return m.group(0)
+    if m.group(2).strip() and m.group(1).startswith("-") and len(m.group(1)) == 2:
+        pass  # ['-p', 'x']: a list's repr
+    elif len(m.group(1)) == 2:
+        return m.group(0)  # "-p 8000" in free text is a port as often as a password
+    return _replace_value(m, value)
+
+
 def redact_text(text: str) -> str:
-    """Mask every secret-shaped value in free text (a log line, a repr, a command line)."""
+    """Mask every secret-shaped value in free text (a log line, a repr, a command line).
+
+    Lines longer than MAX_LINE_CHARS are cut first; the work is linear in the text's length."""
     if not text:
         return text
-    out = _URL_CREDS.sub(lambda m: m.group(1) + ":" + MASK + "@", text)
+    out = cap_lines(text)
+    out = _URL_CREDS.sub(_mask_url, out)
     for pat in _VALUE_PATTERNS:
         out = pat.sub(MASK, out)
+    out = _COOKIE.sub(lambda m: m.group(1) + MASK if MASK not in m.group(2)[:12] else m.group(0), out)
     out = _SCHEME.sub(lambda m: m.group(1) + MASK if m.group(2) != MASK else m.group(0), out)
-    out = _LABELLED.sub(lambda m: m.group(1) + MASK if m.group(2) != MASK else m.group(0), out)
+    out = _LABELLED.sub(_mask_labelled, out)
+    out = _FLAG_IN_TEXT.sub(_mask_flag, out)
+    return out
+
+
+def redact_lines(lines: List[str]) -> List[str]:
+    """``redact_text`` for consecutive lines (a log tail), carrying "inside a private key block"
+    from one line to the next: a PEM key logged over 27 lines keeps none of its body."""
+    out = []  # type: List[str]
+    in_key = False
+    for line in lines:
+        if not isinstance(line, str):
+            out.append(line)
+            continue
+        if in_key:
+            if _PEM_END.search(line):
+                in_key = False
+                out.append(MASK + redact_text(line[_PEM_END.search(line).end():]))
+            else:
+                out.append(MASK)
+            continue
+        begin = _PEM_BEGIN.search(line)
+        if begin and not _PEM_END.search(line, begin.end()):
+            in_key = True
+            out.append(redact_text(line[: begin.start()]) + MASK)
+            continue
+        if _BASE64_LINE.match(line):
+            out.append(MASK)  # a key or certificate body line whose BEGIN is not in the tail
+            continue
+        out.append(redact_text(line))
     return out
 
 
@@ -130,10 +282,10 @@ def redact_argv(argv: List[str]) -> List[str]:
             continue
         if arg.startswith("-") and "=" in arg:
             flag, _, _value = arg.partition("=")
-            if _SECRET_FLAG.match(flag):
+            if is_secret_flag(flag):
                 out.append(flag + "=" + MASK)
                 continue
-        elif _SECRET_FLAG.match(arg):
+        elif is_secret_flag(arg):
             out.append(arg)
             hide_next = True
             continue
@@ -150,7 +302,9 @@ def redact_obj(obj: Any, key: Optional[str] = None) -> Any:
     if isinstance(obj, dict):
         return {k: redact_obj(v, k if isinstance(k, str) else None) for k, v in obj.items()}
     if isinstance(obj, list):
-        if obj and all(isinstance(x, str) for x in obj) and key in ("cmdline", "argv"):
-            return redact_argv(obj)
+        if obj and all(isinstance(x, str) for x in obj):
+            if key in ("cmdline", "argv"):
+                return redact_argv(obj)
+            return redact_lines(obj)  # lines of a log: a key block may span several
         return [redact_obj(v) for v in obj]
     return obj

@@ -12,6 +12,7 @@ the current step. It never signals the watched server; only the user's ``--then`
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
 import socket
@@ -19,8 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from dataclasses import dataclass
 from typing import Callable, TextIO
 
@@ -39,31 +39,68 @@ class Health:
     detail: str
 
 
-def _direct_opener() -> urllib.request.OpenerDirector:
-    # Health checks go straight to the server: a proxy from the environment would test the proxy.
-    return urllib.request.build_opener(urllib.request.ProxyHandler({}))
+_IN_FLIGHT: list = []  # the connection of the poll in progress, for abort_poll()
 
 
-_OPENER = _direct_opener()
+def _shut(conn: http.client.HTTPConnection) -> None:
+    sock = conn.sock
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def abort_poll() -> None:
+    """End the HTTP poll in progress now (from a signal handler: a stop request must not wait
+    for a slow server)."""
+    for conn in list(_IN_FLIGHT):
+        _shut(conn)
 
 
 def check_url(url: str, timeout_s: float) -> Health:
-    """GET ``url``: healthy on a 2xx/3xx answer within ``timeout_s``."""
+    """GET ``url`` straight (no proxy from the environment: it would test the proxy): healthy
+    on a 2xx/3xx answer within ``timeout_s``, the whole exchange included.
+
+    The budget is for the exchange, not per recv: an endpoint trickling one byte every 0.5 s
+    kept urllib reading for over 600 s. A timer shuts the socket down when the time is up."""
+    parts = urllib.parse.urlsplit(url)
     try:
-        with _OPENER.open(url, timeout=timeout_s) as resp:
-            resp.read(_BODY_PEEK_BYTES)
+        port = parts.port
+    except ValueError as exc:
+        return Health(False, f"{url}: {exc}")
+    cls = http.client.HTTPSConnection if parts.scheme.lower() == "https" else http.client.HTTPConnection
+    conn = cls(parts.hostname or "127.0.0.1", port, timeout=timeout_s)
+    fired = threading.Event()
+
+    def expire() -> None:
+        fired.set()
+        _shut(conn)
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    _IN_FLIGHT.append(conn)
+    timer.start()
+    try:
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        conn.request("GET", path, headers={"User-Agent": "hangdoctor-watch"})
+        resp = conn.getresponse()
+        resp.read(_BODY_PEEK_BYTES)
+        if fired.is_set():
+            raise TimeoutError()
+        if 200 <= resp.status < 400:
             return Health(True, f"HTTP {resp.status}")
-    except urllib.error.HTTPError as exc:
-        return Health(False, f"{url}: HTTP {exc.code}")
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        if isinstance(reason, (socket.timeout, TimeoutError)):
-            return Health(False, f"{url}: no answer within {timeout_s:g} s")
-        return Health(False, f"{url}: {reason}")
+        return Health(False, f"{url}: HTTP {resp.status}")
     except (socket.timeout, TimeoutError):
         return Health(False, f"{url}: no answer within {timeout_s:g} s")
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
+        if fired.is_set():
+            return Health(False, f"{url}: no answer within {timeout_s:g} s")
         return Health(False, f"{url}: {type(exc).__name__}: {exc}")
+    finally:
+        timer.cancel()
+        _IN_FLIGHT.remove(conn)
+        conn.close()
 
 
 def check_port(host: str, port: int, timeout_s: float) -> Health:
@@ -134,7 +171,9 @@ class Logger:
 
     def __call__(self, message: str) -> None:
         stream = self.stream or sys.stderr
-        stream.write(f"{utc_iso()} hangdoctor watch: {message}\n")
+        from hangdoctor.textsafe import clean_text  # an endpoint's answer is not to be trusted
+
+        stream.write(f"{utc_iso()} hangdoctor watch: {clean_text(message)}\n")
         stream.flush()
 
     def debug(self, message: str) -> None:

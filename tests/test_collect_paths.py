@@ -172,10 +172,12 @@ def test_the_analysis_warm_up_runs_at_the_lowest_cpu_priority(monkeypatch):
         sleeper.kill()
         sleeper.wait()
     assert analysis["verdict"] in ("hung", "inconclusive", "healthy", "progressing")
-    assert len(calls) == 1
     which, who, prio, tid = calls[0]
     assert which == os.PRIO_PROCESS and prio == 19
     assert who == tid and tid != threading.main_thread().native_id  # that thread only
+    # once the evidence is in, the warm-up is on the critical path: back to normal priority
+    # (issue 15: at nice 19 on a busy host the run waited 20 s past its deadline for it)
+    assert [(w, p) for _which, w, p, _tid in calls[1:]] == [(who, 0)], calls
 
 
 _TREE_SCRIPT = r"""

@@ -91,10 +91,11 @@ def test_hostile_markdown_has_no_live_html():
     outside, blocks = split_fences(md)
     # Outside code: the escaped forms, and no raw tag but our own details/summary/br.
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in outside
-    assert "\"&gt;&lt;img src=x onerror=fetch('http://127.0.0.1:9/x')&gt;" in outside
+    # (the URL made inert with a WORD JOINER: GitHub links no bare URL of the data, issue 15)
+    assert "\"&gt;&lt;img src=x onerror=fetch('http\u2060://127.0.0.1:9/x')&gt;" in outside
     assert set(re.findall(r"</?([a-zA-Z][\w-]*)", outside)) <= {"details", "summary", "br"}
     # <summary> lines are raw HTML on GitHub: entity-escaped, quotes included.
-    assert "&quot;&gt;&lt;img src=x onerror=fetch(&#x27;http://127.0.0.1:9/x&#x27;)&gt;" in md
+    assert "&quot;&gt;&lt;img src=x onerror=fetch(&#x27;http\u2060://127.0.0.1:9/x&#x27;)&gt;" in md
     # Pre-escaped entities and template syntax in data stay literal.
     assert "&amp;lt;b&amp;gt;" in outside and "{{ 7\\*7 }}" in outside
     # Markdown syntax in data is neutralised.

@@ -220,19 +220,23 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                     len(denied_env), ", ".join(map(str, denied_env[:8]))),
                 "run hangdoctor as root or as the server's user")
 
-    # log file: --log, or the root's stdout/stderr when that is a regular file
-    log_path = cfg.log_path
-    if not log_path:
-        for r in readers:
-            for cand in r.record.get("_log_candidates", []):
-                if os.path.isfile(cand):
-                    log_path = cand
-                    break
-            if log_path:
-                break
+    # log file: --log, or the root's stdout/stderr when that is a regular file. Read by a
+    # disposable child (sources.LogRead): the log may sit on a hung network file system.
+    log_given = bool(cfg.log_path)
+    log_paths = [cfg.log_path] if cfg.log_path else []
     for r in readers:
-        r.record.pop("_log_candidates", None)
-    log_a = _log_start(log_path, man, given=bool(cfg.log_path))
+        for cand in r.record.pop("_log_candidates", []):
+            if not log_given and cand not in log_paths:
+                log_paths.append(cand)
+    log_a = log_end = None  # type: Optional[sources.LogRead]
+    if not log_paths:
+        man.add("log", "not-given", 0.0, "no server log given and none found on the server's stdout",
+                "pass --log FILE")
+    elif window_s > 0:
+        log_a = sources.LogRead(log_paths[:8], log_given, tail=False)
+    else:
+        # --window 0: one reading, started now so that its child overlaps the dumps
+        log_end = sources.LogRead(log_paths[:8], log_given, tail=True)
 
     # background sources, all overlapping the window
     py_targets = [r for r in readers if r.record.get("is_python") and r.record.get("alive")]
@@ -309,7 +313,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         except Exception as exc:
             r.record.setdefault("exit_info", "unreadable at window end: %s" % exc)
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
-    _log_finish(snap, log_a, log_path, man)
+    if log_paths:
+        _read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline, log_end)
     if nccl_c is not None:
         futures["ncclB"] = pool.submit(_nccl_finish, futures["ncclA"], nccl_c, hard_deadline)
 
@@ -436,9 +441,13 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
 
     snap["processes"] = [r.record for r in readers]
     snap["manifest"] = man.entries
-    snap["probe_duration_s"] = round(time.monotonic() - t_start, 3)
     if cfg.redact:
+        # inside the deadline and timed: every pattern is linear and every line capped, so
+        # this is milliseconds even for a tail of 200 KB lines
+        t0 = time.monotonic()
         _redact_snapshot(snap)
+        man.add("redaction", "ok", time.monotonic() - t0)
+    snap["probe_duration_s"] = round(time.monotonic() - t_start, 3)
     return snap
 
 
@@ -583,48 +592,73 @@ def _host_info(cfg: ProbeConfig) -> Dict[str, Any]:
     }
 
 
-def _log_start(path: Optional[str], man: Manifest, given: bool) -> Optional[Dict[str, Any]]:
-    if not path:
-        man.add("log", "not-given", 0.0, "no server log given and none found on the server's stdout",
-                "pass --log FILE")
-        return None
-    try:
-        st = os.stat(path)
-    except OSError as exc:
-        man.add("log", "failed", 0.0, "%s: %s" % (path, exc.strerror or exc),
-                "check the path given to --log")
-        return None
-    import stat as stat_mod
-    if not stat_mod.S_ISREG(st.st_mode):
-        # a FIFO or a device would block a read: never open it
-        man.add("log", "failed", 0.0, "%s is not a regular file; not read" % path)
-        return None
-    return {"size": st.st_size, "mtime": st.st_mtime, "given": given}
+LOG_TIMEOUT_S = 3.0  # for each read of the log: a hung mount never answers
 
 
-def _log_finish(snap: Dict[str, Any], log_a: Optional[Dict[str, Any]], path: Optional[str],
-                man: Manifest) -> None:
-    if log_a is None or not path:
-        return
+def _read_log(snap: Dict[str, Any], log_a: Optional[sources.LogRead], paths: List[str],
+              given: bool, man: Manifest, hard_deadline: float,
+              log_end: Optional[sources.LogRead] = None) -> None:
+    """The log's size at the window's start (``log_a``), its tail and size at the end."""
     t0 = time.monotonic()
-    try:
-        tail = sources.read_tail(path)
-        st = os.stat(path)
-    except OSError as exc:
-        man.add("log", "failed", time.monotonic() - t0, str(exc) if str(exc).startswith(path) else "%s: %s" % (path, exc))
+
+    def budget() -> float:
+        return max(0.2, min(LOG_TIMEOUT_S, hard_deadline - time.monotonic() - 0.5))
+
+    def timed_out(res: Dict[str, Any], path: str) -> bool:
+        if not res.get("timeout"):
+            return False
+        man.add("log", "timeout", time.monotonic() - t0,
+                "%s: no answer within %.1f s (a hung network or FUSE file system?); not read"
+                % (path, res.get("waited_s") or budget()),
+                "check the mount (`stat %s` hangs too?); the rest of the evidence was kept" % path)
+        return True
+
+    start = log_a.result(budget()) if log_a is not None else None
+    where = paths[0] if given or len(paths) == 1 else "the server's stdout/stderr"
+    if start is not None and timed_out(start, where):
         return
+    if start is not None and not start.get("path"):
+        _log_error(start, given, man, time.monotonic() - t0)
+        return
+    path = start["path"] if start is not None else None
+    if log_end is None:
+        log_end = sources.LogRead([path] if path else paths, given or bool(path), tail=True)
+    end = log_end.result(budget())
+    if timed_out(end, path or where):
+        return
+    if not end.get("path") or end.get("error"):
+        _log_error(end, given, man, time.monotonic() - t0)
+        return
+    path = end["path"]
+    size_start = start["size"] if start is not None else end.get("size_start", end["size"])
+    tail = end.get("tail") or []
     snap["log"] = {
         "path": path,
-        "size_start": log_a["size"],
-        "size_end": st.st_size,
-        "grew_bytes": max(0, st.st_size - log_a["size"]),
-        "mtime": st.st_mtime,
-        "age_s": round(max(0.0, time.time() - st.st_mtime), 2),
+        "size_start": size_start,
+        "size_end": end["size"],
+        "grew_bytes": max(0, end["size"] - size_start),
+        "mtime": end["mtime"],
+        "age_s": round(max(0.0, time.time() - end["mtime"]), 2),
         "tail": tail,
-        "auto_detected": not log_a.get("given"),
+        "auto_detected": not given,
     }
     man.add("log", "ok", time.monotonic() - t0, "%s, %d lines kept%s" % (
-        path, len(tail), "" if log_a.get("given") else " (found on the server's stdout)"))
+        path, len(tail), "" if given else " (found on the server's stdout)"))
+
+
+def _log_error(res: Dict[str, Any], given: bool, man: Manifest, duration_s: float) -> None:
+    if given:
+        detail = res.get("error") or "the log could not be read"
+        remedy = "check the path given to --log" if ": " in detail and "not read" not in detail \
+            else None
+        man.add("log", "failed", duration_s, detail, remedy)
+    elif res.get("error"):
+        man.add("log", "failed", duration_s, res["error"])
+    else:
+        man.add("log", "not-given", duration_s,
+                "no server log given and none found on the server's stdout"
+                + ("; skipped: %s" % "; ".join(res.get("skipped") or [])
+                   if res.get("skipped") else ""), "pass --log FILE")
 
 
 def _redact_locals(frames: List[Dict[str, Any]]) -> None:
@@ -663,9 +697,9 @@ def _redact_snapshot(snap: Dict[str, Any]) -> None:
         if isinstance(entry.get("error"), str):
             entry["error"] = redact.redact_text(entry["error"])
     if "log" in snap:
-        snap["log"]["tail"] = [redact.redact_text(x) for x in snap["log"]["tail"]]
+        snap["log"]["tail"] = redact.redact_lines(snap["log"]["tail"])
     if "kernel_log" in snap:
-        snap["kernel_log"]["lines"] = [redact.redact_text(x) for x in snap["kernel_log"]["lines"]]
+        snap["kernel_log"]["lines"] = redact.redact_lines(snap["kernel_log"]["lines"])
     for h in snap.get("http", []):
         if isinstance(h.get("body"), str):
             h["body"] = redact.redact_text(h["body"])

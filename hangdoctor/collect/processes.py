@@ -57,7 +57,7 @@ def kernel_threads(proc: str = "/proc") -> set:
 
 def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
     """Find inference-server roots: matching processes whose parent does not match too."""
-    matches = {}  # type: Dict[int, Tuple[str, str, int]]
+    matches = {}  # type: Dict[int, Tuple[str, List[str], int]]
     # A GPU node runs thousands of kernel threads: two reads each for nothing, so skip them.
     skip = kernel_threads(proc) | set(own_pids)
     candidates = [pid for pid in procfs.list_pids(proc) if pid not in skip]
@@ -71,7 +71,7 @@ def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
         for kind, pat in SERVER_PATTERNS:
             if pat.search(text):
                 st = procfs.stat(pid, proc)
-                matches[pid] = (kind, text[:300], int(st["ppid"]) if st else 0)
+                matches[pid] = (kind, argv, int(st["ppid"]) if st else 0)
                 break
     # Plain torch.distributed jobs (a script of one's own, not a known server): the ranks carry
     # RANK / WORLD_SIZE / MASTER_ADDR in their environment; their launcher is the root.
@@ -97,10 +97,10 @@ def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
             anc = int(a_st["ppid"]) if a_st else 0
         if top not in matches:
             t_st = procfs.stat(top, proc)
-            matches[top] = ("torch.distributed", " ".join(procfs.cmdline(top, proc))[:300],
+            matches[top] = ("torch.distributed", procfs.cmdline(top, proc),
                             int(t_st["ppid"]) if t_st else 0)
     roots = []
-    for pid, (kind, text, ppid) in sorted(matches.items()):
+    for pid, (kind, argv, ppid) in sorted(matches.items()):
         # walk up: if any ancestor matches, this is not a root
         anc, seen = ppid, 0
         covered = False
@@ -112,7 +112,10 @@ def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
             anc = int(st["ppid"]) if st else 0
             seen += 1
         if not covered:
-            roots.append({"pid": pid, "kind": kind, "cmdline": redact.redact_text(text)})
+            # redacted as an argument list (``--api-key X``), then cut: a cut first could leave
+            # half a secret that no pattern recognises
+            text = " ".join(redact.redact_argv(list(argv)))[:300]
+            roots.append({"pid": pid, "kind": kind, "cmdline": text})
     return roots
 
 

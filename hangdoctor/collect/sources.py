@@ -113,12 +113,19 @@ def http_probe(port: int, ip: str, timeout_s: float) -> Dict[str, Any]:
             result["error"] = "connect failed: %s" % exc
             result["latency_s"] = round(time.monotonic() - t0, 4)
             return result
+        # One time budget for the whole exchange, not per recv: a server that trickles a byte
+        # every 0.5 s kept a per-recv timeout waiting for minutes.
+        exchange_end = t0 + timeout_s
         try:
-            sock.settimeout(timeout_s)
+            sock.settimeout(max(0.05, exchange_end - time.monotonic()))
             req = "GET %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: hangdoctor\r\n\r\n" % (path, host)
             sock.sendall(req.encode())
             data = b""
             while len(data) < 4096:
+                left = exchange_end - time.monotonic()
+                if left <= 0:
+                    raise socket.timeout()
+                sock.settimeout(left)
                 chunk = sock.recv(4096)
                 if not chunk:
                     break
@@ -143,7 +150,12 @@ def http_probe(port: int, ip: str, timeout_s: float) -> Dict[str, Any]:
             result["error"] = "not an HTTP answer: %r" % first[:60]
             return result
         result["code"] = int(m.group(1))
-        result["body"] = body[:200].decode("utf-8", "replace")
+        text = body[:400].decode("utf-8", "replace")
+        if len(text) > 200:
+            # cut at a word's end: half a token would escape redaction
+            cut = max(text.rfind(c, 0, 200) for c in " \t\r\n,;&\"'")
+            text = text[: cut if cut > 0 else 0] + " [...]"
+        result["body"] = text
         result["error"] = None
         if result["code"] == 404 and path != "/":
             continue
@@ -176,6 +188,144 @@ def kernel_log(timeout_s: float) -> Tuple[Optional[List[str]], str, Optional[str
     lines = out.stdout.decode("utf-8", "replace").splitlines()
     keep = [ln for ln in lines if KERNEL_RE.search(ln)]
     return keep[-300:], "ok", "%d of %d lines relevant" % (len(keep), len(lines)), None
+
+
+# Paths that are never a server's log, however regular they look: /proc/PID/environ is a
+# "regular file" holding every variable of a process, and gets no key-name redaction as a log.
+_NOT_A_LOG = ("/proc/", "/sys/", "/dev/")
+MAX_LINE_CHARS = 16384  # a longer log line is cut here, before redaction (see redact.py)
+
+# The log is read by a child process: a log on a hung FUSE or NFS mount puts whoever calls
+# stat() or read() on it in uninterruptible sleep (D state), and a thread in D state holds its
+# whole process at exit. The child is disposable: past its timeout it is killed and never
+# waited for, and the probe carries on with what the other sources collected.
+_LOG_CHILD = r"""
+import json, os, stat, sys, time
+req = json.loads(sys.argv[1])
+out = {"skipped": []}
+def finish():
+    sys.stdout.write(json.dumps(out))
+    sys.stdout.flush()
+    os._exit(0)
+for path in req["paths"]:
+    given = req["given"]
+    try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise ValueError("%s is not a regular file; not read" % path)
+        real = os.path.realpath(path)
+        for top in req["not_a_log"]:
+            if real.startswith(top):
+                raise ValueError("%s is in %s, not a server log; not read"
+                                 % (path, top.rstrip("/")))
+    except (OSError, ValueError) as exc:
+        msg = str(exc) if isinstance(exc, ValueError) else "%s: %s" % (path, exc.strerror or exc)
+        if given:
+            out["error"] = msg
+            finish()
+        out["skipped"].append(msg)
+        continue
+    out.update(path=path, size=st.st_size, size_start=st.st_size, mtime=st.st_mtime)
+    if req["tail"]:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+        fst = os.fstat(fd)
+        if not stat.S_ISREG(fst.st_mode):
+            out["error"] = "%s is not a regular file; not read" % path
+            finish()
+        size = fst.st_size
+        os.lseek(fd, max(0, size - req["max_bytes"]), 0)
+        chunks, got = [], 0
+        while got < req["max_bytes"]:
+            b = os.read(fd, min(1 << 20, req["max_bytes"] - got))
+            if not b:
+                break
+            chunks.append(b)
+            got += len(b)
+        os.close(fd)
+        text = b"".join(chunks).decode("utf-8", "replace").replace("\x00", "")
+        lines = text.splitlines()
+        if size > req["max_bytes"] and lines:
+            lines = lines[1:]  # the first line is cut
+        cap = req["max_line"]
+
+        def cut(ln):
+            # never inside a word: half a token is too short for its pattern and would be kept
+            head = ln[:cap]
+            space = max(head.rfind(" "), head.rfind("\t"))
+            head = head[:space] if space >= cap - 512 else head[:cap - 512]
+            return head + " [... %d characters cut]" % (len(ln) - len(head))
+
+        out["tail"] = [ln if len(ln) <= cap else cut(ln) for ln in lines[-req["max_lines"]:]]
+        st2 = os.stat(path)
+        out.update(size=st2.st_size, mtime=st2.st_mtime)
+    finish()
+out["error"] = None
+finish()
+"""
+_abandoned = []  # type: List[Any]  # children past their timeout, left for init to reap
+
+
+class LogRead:
+    """One read of the log (its size, and its tail when ``tail``) in a disposable child.
+
+    ``paths``: the ``--log`` path (``given``), or the candidates found on the server's stdout and
+    stderr, of which the first regular file is used. Started at once; :meth:`result` waits at
+    most ``timeout_s``."""
+
+    def __init__(self, paths: List[str], given: bool, tail: bool, max_bytes: int = 256 * 1024,
+                 max_lines: int = 400) -> None:
+        import sys
+
+        self.started = time.monotonic()
+        req = {"paths": list(paths), "given": given, "tail": tail, "max_bytes": max_bytes,
+               "max_lines": max_lines, "max_line": MAX_LINE_CHARS, "not_a_log": list(_NOT_A_LOG)}
+        self.error = None  # type: Optional[str]
+        self.proc = None  # type: Any
+        python = sys.executable
+        if not python:
+            self.error = "no interpreter to read the log with (sys.executable is empty)"
+            return
+        try:
+            self.proc = subprocess.Popen(
+                [python, "-S", "-I", "-c", _LOG_CHILD, json_dumps(req)],
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                close_fds=True, start_new_session=True)
+        except OSError as exc:
+            self.error = "could not start the log reader: %s" % exc
+
+    def result(self, timeout_s: float) -> Dict[str, Any]:
+        """``{"path", "size", "mtime", "tail", "skipped", "error"}``, or ``{"timeout": True}``."""
+        if self.proc is None:
+            return {"error": self.error or "log reader not started", "skipped": []}
+        try:
+            out, _ = self.proc.communicate(timeout=max(0.0, timeout_s))
+        except subprocess.TimeoutExpired:
+            try:
+                self.proc.kill()
+            except OSError:
+                pass
+            for stream in (self.proc.stdout,):
+                try:
+                    stream.close()
+                except Exception:
+                    pass
+            _abandoned.append(self.proc)
+            return {"timeout": True, "skipped": [],
+                    "waited_s": round(time.monotonic() - self.started, 3)}
+        try:
+            import json
+
+            doc = json.loads(out.decode("utf-8", "replace"))
+        except ValueError:
+            return {"error": "the log reader failed (exit %s)" % self.proc.returncode,
+                    "skipped": []}
+        return doc if isinstance(doc, dict) else {"error": "the log reader failed", "skipped": []}
+
+
+def json_dumps(value: Any) -> str:
+    import json
+
+    return json.dumps(value)
 
 
 def open_regular(path: str) -> Tuple[int, os.stat_result]:

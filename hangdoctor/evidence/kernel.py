@@ -164,3 +164,119 @@ def _classify(view: KernelView, line: str, oom_seen: set) -> None:
         return
     if _AER.search(line):
         view.aer.append(line)
+
+
+# ---------------------------------------------------------------- relevance to the diagnosis
+#
+# The kernel log is host-wide and long-lived: a hung task of an unrelated process, or of one
+# gone for hours, is context, not evidence about the server (it made "io-stall" the top cause of
+# every diagnosis on one host, a stopped Python included). A line weighs by whether it names the
+# diagnosed processes (pid, comm, a GPU they use) and by when it was logged.
+
+_TS_MONO = re.compile(r"^(?:<\d+>)?\[\s*(\d{1,10}\.\d+)\]")
+_TS_HUMAN = re.compile(
+    r"^\[(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (\w{3} [ \d]\d \d\d:\d\d:\d\d \d{4})\]"
+)
+CONTEXT_BEFORE_START_S = 60.0  # logged this long before the oldest diagnosed process started
+RECENT_S = 900.0  # a line naming only a comm counts when logged this close to the collection
+
+
+@dataclass
+class Scope:
+    """What the diagnosis is about: its processes and GPUs, and since when they run."""
+
+    pids: set = field(default_factory=set)
+    names: set = field(default_factory=set)  # comm names (the kernel logs 15 characters)
+    gpu_buses: set = field(default_factory=set)  # PCI bus ids of their GPUs, "0000:19:00"
+    start_epoch: Optional[float] = None  # when the oldest diagnosed process started
+    boot_epoch: Optional[float] = None  # for "[ 8123.4]" stamps (seconds since boot)
+    now_epoch: Optional[float] = None  # when the evidence was collected
+
+
+def line_epoch(line: str, boot_epoch: Optional[float]) -> Optional[float]:
+    """When a kernel line was logged (epoch seconds), from its dmesg stamp; None if unknown.
+
+    ``dmesg -T`` stamps are local time of the host (read here in this machine's zone)."""
+    m = _TS_MONO.match(line)
+    if m:
+        return boot_epoch + float(m.group(1)) if boot_epoch else None
+    m = _TS_HUMAN.match(line)
+    if m:
+        import time
+
+        try:
+            return time.mktime(time.strptime(" ".join(m.group(1).split()), "%b %d %H:%M:%S %Y"))
+        except (ValueError, OverflowError):
+            return None
+    return None
+
+
+def _bus(pci: Optional[str]) -> Optional[str]:
+    """``0000:19:00.0`` / ``00000000:19:00.0`` / ``0000:19:00`` -> ``19:00`` (bus:device)."""
+    if not pci:
+        return None
+    parts = pci.lower().split(":")
+    if len(parts) < 2:
+        return None
+    return f"{parts[-2][-2:]}:{parts[-1].split('.')[0][:2]}"
+
+
+def relevance(scope: Scope, *, pid: Optional[int], name: Optional[str], text: str,
+              pci: Optional[str] = None, host_wide: bool = False) -> tuple[str, float]:
+    """(``"names"`` | ``"during"`` | ``"context"``, weight factor) for one kernel event.
+
+    ``names`` (1.0): it names a diagnosed pid, comm or GPU. ``during`` (0.5 for a host-wide
+    event such as an Xid without a pid, 0.3 for another process's trouble): it names nothing of
+    theirs but was logged while they ran (or its time is unknown). ``context`` (0): logged
+    before they started."""
+    when = line_epoch(text, scope.boot_epoch)
+    if when is not None and scope.start_epoch is not None:
+        if when < scope.start_epoch - CONTEXT_BEFORE_START_S:
+            return "context", 0.0  # before they started (a reused pid, a past job)
+    if pid is not None and pid in scope.pids:
+        return "names", 1.0
+    bus = _bus(pci)
+    if bus and bus in scope.gpu_buses:
+        return "names", 1.0
+    if name and name[:15] in scope.names:
+        # a name is weaker than a pid (every server is "python3"): it counts when recent
+        recent = when is None or scope.now_epoch is None or when >= scope.now_epoch - RECENT_S
+        if recent:
+            return "names", 1.0
+    if host_wide and pid is None:
+        return "during", 1.0 if not scope.pids else 0.5
+    return "during", 0.3
+
+
+def scope_of(snapshots: list, processes: list, gpus: list) -> Scope:
+    """The Scope of a diagnosis from its snapshots, processes (Proc) and GPUs (GpuDevice)."""
+    scope = Scope()
+    starts = []
+    for p in processes:
+        scope.pids.add(p.pid)
+        if p.name:
+            scope.names.add(str(p.name)[:15])
+        ct = p.raw.get("create_time")
+        if isinstance(ct, (int, float)) and not isinstance(ct, bool) and ct > 0:
+            starts.append(float(ct))
+    pids = scope.pids
+    for g in gpus:
+        if pids & set(g.pids) or not g.pids:
+            bus = _bus(g.raw.get("pci_bus_id"))
+            if bus and (pids & set(g.pids)):
+                scope.gpu_buses.add(bus)
+    scope.start_epoch = min(starts) if starts else None
+    for s in snapshots:
+        boot = (s.get("host") or {}).get("boot_time") if isinstance(s.get("host"), dict) else None
+        if isinstance(boot, (int, float)) and not isinstance(boot, bool) and boot > 0:
+            scope.boot_epoch = float(boot)
+        at = s.get("collected_at")
+        if isinstance(at, str) and scope.now_epoch is None:
+            import calendar
+            import time
+
+            try:
+                scope.now_epoch = float(calendar.timegm(time.strptime(at, "%Y-%m-%dT%H:%M:%SZ")))
+            except ValueError:
+                pass
+    return scope

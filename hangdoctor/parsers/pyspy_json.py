@@ -20,11 +20,12 @@ from hangdoctor.parsers.stacks import PastedDump, make_frame, make_thread
 _DECODER = json.JSONDecoder()
 
 
-def iter_json_documents(text: str, limit: int = 10000) -> list[tuple[Any, int, int]]:
-    """Decode consecutive JSON documents in ``text``: (value, start, end) for each; stops at the
+def iter_json_documents(text: str, limit: int = 10000, start: int = 0) -> list[tuple[Any, int, int]]:
+    """Decode consecutive JSON documents in ``text`` from offset ``start`` (decoded in place, the
+    text is never sliced): (value, start, end) for each, offsets into ``text``; stops at the
     first thing that is not JSON."""
     out = []
-    pos = 0
+    pos = start
     n = len(text)
     while pos < n and len(out) < limit:
         while pos < n and text[pos] in " \t\r\n,":

@@ -25,6 +25,23 @@ _PLAIN = re.compile(r"[\w.:/@=+,()\- ]*")
 
 _OMITTED = "_Left out to fit the size limit; the HTML or JSON report has it._\n"
 
+# What GitHub makes live in text: @mentions (they notify people), issue references (#12,
+# org/repo#12, GH-12) and bare URLs (http://, https://, www.). A WORD JOINER (U+2060, shown as
+# nothing) after the trigger character keeps the text as it reads and makes it inert.
+_WJ = "\u2060"
+_MENTION = re.compile(r"(?<![\w`])@(?=[A-Za-z0-9])")
+_ISSUE_REF = re.compile(r"#(?=\d)|(?<![\w])(GH)-(?=\d)", re.IGNORECASE)
+_BARE_URL = re.compile(r"(?i)\b(https?|ftp):(?=//)|\b(www)\.(?=\w)")
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069\u200e\u200f\u061c]")
+
+
+def _inert(s: str) -> str:
+    """``s`` with mentions, issue references and bare URLs made inert (see _WJ)."""
+    s = _MENTION.sub("@" + _WJ, s)
+    s = _ISSUE_REF.sub(lambda m: (m.group(1) + _WJ + "-") if m.group(1) else "#" + _WJ, s)
+    return _BARE_URL.sub(
+        lambda m: (m.group(1) + _WJ + ":") if m.group(1) else (m.group(2) + _WJ + "."), s)
+
 
 def md_text(value: Any, limit: int = 1000, start: bool = False) -> str:
     """Escape ``value`` for inline Markdown text or a table cell (one line, no live HTML).
@@ -32,11 +49,11 @@ def md_text(value: Any, limit: int = 1000, start: bool = False) -> str:
     ``start``: the text begins a paragraph or list item, where ``#``, ``>``, ``-`` or ``1.``
     would open a block.
     """
-    s = _CONTROL.sub(" ", str(value if value is not None else ""))
+    s = _CONTROL.sub(" ", _BIDI.sub("", str(value if value is not None else "")))
     s = _WS.sub(" ", s).strip()
     if len(s) > limit:
         s = s[: limit - 1] + "…"
-    s = _MD_SPECIAL.sub(r"\\\1", s)
+    s = _inert(_MD_SPECIAL.sub(r"\\\1", s))
     s = s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
     match = _LINE_START.match(s) if start else None
     if match:
@@ -47,16 +64,16 @@ def md_text(value: Any, limit: int = 1000, start: bool = False) -> str:
 
 def _summary(value: Any, limit: int = 300) -> str:
     """Escape text for a raw-HTML ``<summary>`` line (GitHub does no Markdown there)."""
-    s = _WS.sub(" ", _CONTROL.sub(" ", str(value))).strip()
+    s = _WS.sub(" ", _CONTROL.sub(" ", _BIDI.sub("", str(value)))).strip()
     if len(s) > limit:
         s = s[: limit - 1] + "…"
-    return html.escape(s, quote=True)
+    return _inert(html.escape(s, quote=True))
 
 
 def fence(content: str, info: str = "") -> str:
     """A fenced code block whose fence is longer than any backtick run inside ``content``."""
     body = _CONTROL.sub(
-        "?", content.replace("\r\n", "\n").replace("\r", "\n").replace("\t", "    ")
+        "?", _BIDI.sub("", content.replace("\r\n", "\n").replace("\r", "\n").replace("\t", "    "))
     )
     longest = max((len(m) for m in _BACKTICKS.findall(body)), default=0)
     bar = "`" * max(3, longest + 1)
@@ -66,7 +83,7 @@ def fence(content: str, info: str = "") -> str:
 
 def _code(value: Any, table: bool = False, limit: int = 200) -> str:
     """An inline code span for an id or key (backticks dropped; pipes escaped in tables)."""
-    s = _WS.sub(" ", _CONTROL.sub(" ", str(value))).strip().replace("`", "")[:limit]
+    s = _WS.sub(" ", _CONTROL.sub(" ", _BIDI.sub("", str(value)))).strip().replace("`", "")[:limit]
     if not s:
         return "–"
     if not _PLAIN.fullmatch(s):

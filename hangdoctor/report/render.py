@@ -10,8 +10,6 @@ from __future__ import annotations
 import functools
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
@@ -195,7 +193,8 @@ def write_report(analysis: dict, path: str, fmt: str | None = None) -> str:
     """Write the report to ``path`` and return the format used ("html", "markdown", "json").
 
     The format comes from ``fmt`` or else the file suffix; an unknown one raises ValueError.
-    The file is replaced atomically, so a reader never sees half a report.
+    The file is replaced atomically, so a reader never sees half a report; a device or FIFO
+    (``-o /dev/stdout``) is written to as it is (hangdoctor.outfile).
     """
     chosen = _format_for(path, fmt)
     if chosen == "html":
@@ -204,18 +203,7 @@ def write_report(analysis: dict, path: str, fmt: str | None = None) -> str:
         body = render_markdown(analysis)
     else:
         body = render_json(analysis)
-    target = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=".hangdoctor-", suffix=".tmp", dir=str(target.parent or "."))
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:
-            handle.write(body)
-        # mkstemp makes the file private; a report is meant to be read like any written file.
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, target)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    from hangdoctor.outfile import write_text  # never renames over a device; honours umask
+
+    write_text(path, body, what="report")
     return chosen

@@ -162,8 +162,13 @@ def _clean_nccl(sec: dict[str, Any]) -> dict[str, Any]:
 
 
 def normalize(snap: dict[str, Any]) -> dict[str, Any]:
-    """Return a copy of ``snap`` in which every field the views read has the right type."""
-    s = dict(snap)
+    """Return a copy of ``snap`` in which every field the views read has the right type.
+
+    Every string of ``snap`` is first made safe in place (hangdoctor.textsafe.clean_value): lone
+    surrogates replaced, bidi overrides (U+202E) removed, so that no output carries them."""
+    from hangdoctor.textsafe import clean_value
+
+    s = dict(clean_value(snap))
     if not isinstance(s.get("host"), dict):
         s["host"] = {"name": "?"}
     if not isinstance(s["host"].get("name"), str):

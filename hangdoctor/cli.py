@@ -157,24 +157,24 @@ def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: di
     import asyncio
 
     from hangdoctor.collect.config import ProbeConfig
-    from hangdoctor.target import multi
+    from hangdoctor.target import expand_targets, launchers, multi
 
     hosts = list(hosts)
     pids = list(pids)
-    if hosts_file:
+    launcher = hosts_file if launchers.is_launcher_spec(hosts_file) else None
+    if hosts_file and not launcher:
         try:
             hosts += multi.read_hosts_file(hosts_file)
             pids += multi.hosts_file_pid_args(hosts_file)
         except OSError as exc:
             raise UsageError(f"--hosts {hosts_file}: {exc.strerror or exc}", "give a readable file, one host a line") from None
-    if not hosts:
+    if not hosts and not opts.get("via") and not launcher:
         raise UsageError("no host given", "hangdoctor diagnose localhost --pid PID (or a [user@]host)")
     seen: list[str] = []
     for h in hosts:
         if h not in seen:
             seen.append(h)
     hosts = seen
-    by_host = multi.parse_pid_args(pids, hosts)
     ssh_kwargs: dict[str, Any] = {}
     if opts.get("identity"):
         ssh_kwargs["identity"] = list(opts["identity"])
@@ -184,7 +184,9 @@ def _collect(hosts: list[str], pids: list[str], hosts_file: str | None, opts: di
         ssh_kwargs["known_hosts"] = opts["known_hosts"]
     if opts.get("ssh_config"):
         ssh_kwargs["config_path"] = opts["ssh_config"]
-    targets = [multi.parse_host_spec(h, **ssh_kwargs) for h in hosts]
+    kube = {"context": opts.get("context"), "kubeconfig": opts.get("kubeconfig")}
+    targets, _ = expand_targets(hosts, list(opts.get("via") or []), launcher, kube, ssh_kwargs)
+    by_host = multi.parse_pid_args(pids, [t.name for t in targets])
 
     def config_for(t: Any) -> ProbeConfig:
         return ProbeConfig(
@@ -214,7 +216,10 @@ def _check_window(ctx: click.Context, param: click.Parameter, value: float) -> f
 def _diagnose_options(f: Any) -> Any:
     opts = [
         click.option("--pid", "pids", multiple=True, help="root PID of the server (repeat; HOST:PID with several hosts); default: find the servers"),
-        click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False), help="file of hosts, one a line (optional pid=1,2 after the host)"),
+        click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False), help="file of hosts, one a line (optional pid=1,2 after the host); or slurm:JOBID, slurm+ssh:JOBID, k8s:[NS/]SELECTOR"),
+        click.option("--via", multiple=True, help="run the probe through this command, e.g. 'podman exec -i NAME', 'nsenter -t PID -a' (repeat)"),
+        click.option("--context", default=None, help="kubectl context for k8s: targets"),
+        click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None, help="kubeconfig for k8s: targets"),
         click.option("--port", type=int, multiple=True, help="also probe this TCP port over HTTP"),
         click.option("--log", type=str, default=None, help="the server's log file (on the target host)"),
         click.option("--window", type=click.FloatRange(0, 600), default=2.0, show_default=True, callback=_check_window,
@@ -320,8 +325,9 @@ def _save_snapshots(path: str, results: list[Any]) -> None:
 @click.option("--save-snapshot", type=click.Path(dir_okay=False), default=None,
               help="save the raw snapshot JSON here (default: next to -o as NAME.snapshot.json)")
 def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
-    """Diagnose the inference server(s) on HOST: localhost, [user@]host[:port] or an ssh alias."""
-    if not hosts and not kw.get("hosts_file"):
+    """Diagnose the inference server(s) on HOST: localhost, [user@]host[:port], an ssh alias,
+    docker:NAME or k8s:[NAMESPACE/]POD[/CONTAINER]."""
+    if not hosts and not kw.get("hosts_file") and not kw.get("via"):
         raise UsageError("no host given", "hangdoctor diagnose localhost --pid PID")
     analysis, results, wall_s = _run_diagnosis(hosts, kw)
     analysis["wall_s"] = round(wall_s, 3)

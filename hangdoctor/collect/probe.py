@@ -22,7 +22,7 @@ import threading
 import time
 
 from hangdoctor import redact
-from hangdoctor.collect import procfs, pyspy, sources
+from hangdoctor.collect import container, procfs, pyspy, sources
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.collect.processes import ProcReader, discover
 
@@ -130,6 +130,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         "notes": [],
     }  # type: Dict[str, Any]
     snap["host"] = _host_info(cfg)
+    snap["host"].update(container.self_facts(proc))
 
     # targets
     t0 = time.monotonic()
@@ -185,6 +186,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                 pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(r.record.get("status")),
                 native=cfg.native, with_locals=cfg.locals, sudo=cfg.sudo)
     mem_a, vm_a = procfs.meminfo(proc), procfs.vmstat(proc)
+    containers = container.Containers([r.record for r in readers], proc)
     denied_env = [r.pid for r in readers if r.record.get("env_status") == "denied"]
     # the backend is named after the window: psutil's presence needs site-packages
     man.add("processes", "ok" if readers or not roots else "failed", time.monotonic() - t0,
@@ -205,6 +207,9 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                     break
             if log_path:
                 break
+    log_format = None
+    if not log_path:  # a container's stdout is a pipe: its runtime keeps the log
+        log_path, log_format = containers.runtime_log(roots)
     for r in readers:
         r.record.pop("_log_candidates", None)
     log_a = _log_start(log_path, man, given=bool(cfg.log_path))
@@ -277,6 +282,9 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             r.record.setdefault("exit_info", "unreadable at window end: %s" % exc)
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
     _log_finish(snap, log_a, log_path, man)
+    if log_format and "log" in snap:
+        snap["log"]["tail"] = container.decode_log_lines(snap["log"]["tail"], log_format)
+        snap["log"]["format"] = log_format
 
     # gather, within the deadline
     results = {}  # type: Dict[str, Any]
@@ -304,7 +312,11 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             failed.append((r.pid, a.get("status"), a.get("error"), a.get("remedy")))
     if pyspy_bin and py_targets:
         worst = None
-        for pid, status, err, remedy in failed:
+        for i, (pid, status, err, remedy) in enumerate(failed):
+            if status == "denied":
+                err, remedy = _explain_denial(stacks[str(pid)], readers, pid, snap["host"],
+                                              containers)
+                failed[i] = (pid, status, err, remedy)
             man.add("stacks:%d" % pid, str(status), 0.0, err, remedy)
             if status == "denied":
                 worst = remedy
@@ -396,12 +408,31 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     except OSError as exc:
         man.add("shm", "unavailable", 0.0, "%s: %s" % (cfg.shm_path, exc))
 
+    found = containers.finish()
+    if found:
+        snap["containers"] = found
     snap["processes"] = [r.record for r in readers]
     snap["manifest"] = man.entries
     snap["probe_duration_s"] = round(time.monotonic() - t_start, 3)
     if cfg.redact:
         _redact_snapshot(snap)
     return snap
+
+
+def _explain_denial(entry: Dict[str, Any], readers: List[ProcReader], pid: int,
+                    host: Dict[str, Any], containers: container.Containers) -> Any:
+    """Say exactly why ptrace of ``pid`` was refused and the runtime's fix (in the entry too)."""
+    rec = next((r.record for r in readers if r.pid == pid), {})
+    names = {"host_pid": (rec.get("ns_pids") or [None])[0]}
+    for c in containers.by_id.values():
+        if pid in c["pids"]:
+            names.update(container=c.get("name"), pod=c.get("pod"), namespace=c.get("namespace"))
+            names["host_pid"] = names["host_pid"] or c.get("init_host_pid")
+    reason, why, fix = container.explain_denial(rec.get("uid"), host, names)
+    entry["denied_reason"] = reason
+    entry["error"] = "%s: %s" % (why, entry.get("error") or "permission denied")
+    entry["remedy"] = fix
+    return entry["error"], fix
 
 
 def _pth_paths_only(sitedir: str, name: str, known_paths: Any) -> Any:

@@ -244,6 +244,10 @@ class ProcReader:
             "is_torch_distributed": is_torch,
         })
         rec["role"] = _role_of(pid, self.root, argv, name, [], rank, is_torch)
+        # the pid in each pid namespace, outermost first: a container's process has two
+        nspid = [int(w) for w in (fields.get("NSpid") or "").split() if w.isdigit()]
+        if len(nspid) > 1:
+            rec["ns_pids"] = nspid
         self.io_a = procfs.io_counters(pid, proc)
         # stdout/stderr of the root: the server log when --log was not given
         rec["_log_candidates"] = [t for fd, t in procfs.fd_targets(pid, proc) if fd in (1, 2)

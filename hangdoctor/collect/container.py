@@ -393,6 +393,55 @@ def pod_log_path(namespace: str, pod: str, container: str, root: str = POD_LOGS)
     return best[1] if best else None
 
 
+def _thread_ns_tid(pid: int, tid: int, proc: str) -> Optional[int]:
+    text = procfs.read_text("%s/%d/task/%d/status" % (proc, pid, tid), 1 << 14) or ""
+    for line in text.splitlines():
+        if line.startswith("NSpid:"):
+            words = line.split()[1:]
+            return int(words[-1]) if words and words[-1].isdigit() else None
+    return None
+
+
+def map_namespaced_threads(stacks: Dict[str, Any], records: List[Dict[str, Any]],
+                           proc: str = "/proc") -> int:
+    """Give the stacks of a process in another pid namespace their host thread ids back.
+
+    py-spy run from the host reports the thread ids the process's Python recorded, which
+    are its namespace's (the main thread of a container's pid 1 is ``1``); looking those up
+    on the host finds no such thread, and py-spy then calls every thread active. Each
+    thread is matched by its ``NSpid`` and its activity taken from its state (running or
+    not), as py-spy does where the ids match. Returns how many threads were mapped."""
+    mapped = 0
+    for rec in records:
+        pid = rec.get("pid")
+        entry = stacks.get(str(pid))
+        if not rec.get("ns_pids") or not isinstance(entry, dict) or entry.get("status") != "ok":
+            continue
+        states = {}  # type: Dict[int, Tuple[str, str]]
+        ns_to_host = {}  # type: Dict[int, int]
+        for t in rec.get("threads") or []:
+            tid = t.get("tid")
+            if not isinstance(tid, int):
+                continue
+            states[tid] = (str(t.get("status") or ""), str(t.get("status_end") or t.get("status") or ""))
+            ns_tid = _thread_ns_tid(pid, tid, proc)
+            if ns_tid is not None:
+                ns_to_host[ns_tid] = tid
+        for i, sample in enumerate(entry.get("samples") or []):
+            for t in sample.get("threads") or []:
+                host_tid = ns_to_host.get(t.get("os_thread_id"))
+                if host_tid is None:
+                    continue
+                t["ns_thread_id"] = t["os_thread_id"]
+                t["os_thread_id"] = host_tid
+                state = states.get(host_tid, ("", ""))[0 if i == 0 else 1]
+                t["active"] = state == "R"
+                mapped += 1
+        if mapped:
+            entry["thread_ids"] = "mapped from the container's pid namespace to the host's"
+    return mapped
+
+
 # ---------------------------------------------------------------- runtime logs
 
 
@@ -526,6 +575,25 @@ def explain_denial(
 
 
 # ---------------------------------------------------------------- per probe
+
+
+def servers_shm(found: List[Dict[str, Any]], roots: List[int]) -> Optional[Dict[str, Any]]:
+    """The /dev/shm of the servers' container, when every root lives in the same one and
+    the probe is outside it (inside, the probe's own /dev/shm is already the container's)."""
+    homes = [c for c in found if set(c.get("pids") or []) & set(roots)]
+    if len(homes) != 1 or homes[0].get("probe_inside"):
+        return None
+    c = homes[0]
+    if any(r not in c["pids"] for r in roots):
+        return None
+    shm = c.get("shm") or {}
+    if not shm.get("total_bytes"):
+        return None
+    out = {k: shm[k] for k in ("total_bytes", "free_bytes", "used_bytes") if k in shm}
+    out["path"] = "/proc/%d/root/dev/shm" % c["root_pid"]
+    out["container"] = c.get("name") or c.get("short_id")
+    return out
+
 
 
 class Containers:

@@ -310,6 +310,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             ok_dumps += 1
         else:
             failed.append((r.pid, a.get("status"), a.get("error"), a.get("remedy")))
+    # py-spy from the host names a container's threads by their ids in its pid namespace
+    container.map_namespaced_threads(stacks, [r.record for r in readers], proc)
     if pyspy_bin and py_targets:
         worst = None
         for i, (pid, status, err, remedy) in enumerate(failed):
@@ -411,6 +413,12 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     found = containers.finish()
     if found:
         snap["containers"] = found
+        # The server's /dev/shm is its container's, not the host's the probe sees
+        server_shm = container.servers_shm(found, roots)
+        if server_shm is not None:
+            if "shm" in snap:
+                snap["host_shm"] = snap["shm"]
+            snap["shm"] = server_shm
     snap["processes"] = [r.record for r in readers]
     snap["manifest"] = man.entries
     snap["probe_duration_s"] = round(time.monotonic() - t_start, 3)

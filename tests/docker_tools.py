@@ -25,8 +25,14 @@ import subprocess
 import tarfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Iterator, Optional
+
+import pytest
+from conftest import need, torch_available
+
+from hangdoctor.scenarios.runner import scenario_argv
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "hangdoctor-test-base:1"
@@ -197,3 +203,68 @@ def wait_file(path: Path, timeout_s: float, engine: Engine, name: str) -> dict[s
                               f"{(logs.stdout + logs.stderr).decode()[-2000:]}")
         time.sleep(0.1)
     raise EngineError(f"{path} not written within {timeout_s:.0f} s")
+
+
+# ------------------------------------------------------------------ pytest fixtures
+
+READY_TIMEOUT_S = {"gloo_desync": 120.0}
+
+
+@dataclass
+class Ctr:
+    name: str
+    raw: dict[str, Any]  # the scenario's ready file: pids as the container sees them
+    host_pid: int  # the container's init (the scenario's launcher) as the host sees it
+    workdir: Path
+    diff_at_start: str  # `docker diff`: the mount points Docker made
+
+
+@pytest.fixture(scope="session", name="docker_engine")
+def docker_engine_fixture() -> Iterator[Engine]:
+    need(engine_available(), "a Docker engine (apt-get install docker.io)")
+    try:
+        engine = start_engine()
+    except EngineError as exc:
+        need(False, f"a Docker engine ({exc})")
+        raise
+    try:
+        yield engine
+    finally:
+        engine.stop()
+
+
+@pytest.fixture(name="in_container")
+def in_container_fixture(docker_engine: Engine, tmp_path: Path) -> Iterator[Callable[..., Ctr]]:
+    """``in_container("postload", workers=4, shm_size="16m", ...)``: a scenario as a
+    container's init, logging to its stdout (as servers in containers do)."""
+
+    def start(scenario: str, *, shm_size: str | None = None, network: str = "none",
+              cap_add: tuple[str, ...] = (), as_uid: int | None = None,
+              env: dict[str, str] | None = None, **options: Any) -> Ctr:
+        if scenario == "gloo_desync":
+            need(torch_available(), "torch")
+        workdir = tmp_path / f"ctr-{scenario}-{len(docker_engine.containers)}"
+        workdir.mkdir()
+        workdir.chmod(0o777)  # a server of another uid writes its ready file here
+        ready = workdir / "ready.json"
+        # another uid cannot open the container's stdout (a pipe of root's): a log file then
+        log = "/dev/stdout" if as_uid is None else str(workdir / "server.log")
+        argv = scenario_argv(scenario, str(ready), log=log, max_lifetime_s=180,
+                             python=CONTAINER_PYTHON, **options)
+        if as_uid is not None:
+            # root in the container starts the server as another uid (as images with a
+            # USER line do), so that root's ptrace of it needs CAP_SYS_PTRACE
+            argv = ["setpriv", f"--reuid={as_uid}", f"--regid={as_uid}", "--clear-groups"] + argv
+        name = docker_engine.run(argv, workdir=str(workdir), shm_size=shm_size, network=network,
+                                 cap_add=cap_add, env=env)
+        raw = wait_file(ready, READY_TIMEOUT_S.get(scenario, 60.0), docker_engine, name)
+        host_pid = int(docker_engine.inspect(name)["State"]["Pid"])
+        diff = docker_engine.docker("diff", name).stdout.decode()
+        return Ctr(name, raw, host_pid, workdir, diff)
+
+    try:
+        yield start
+    finally:
+        docker_engine.remove_all()
+
+

@@ -195,7 +195,10 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         man.add("environ", "denied", 0.0,
                 "/proc/PID/environ unreadable for %d process(es): %s" % (
                     len(denied_env), ", ".join(map(str, denied_env[:8]))),
-                "run hangdoctor as root or as the server's user")
+                # the same access check as ptrace's: the same reason, the same fix
+                container.explain_denial(
+                    next((r.record.get("uid") for r in readers if r.pid == denied_env[0]), None),
+                    snap["host"], {})[2])
 
     # log file: --log, or the root's stdout/stderr when that is a regular file
     log_path = cfg.log_path
@@ -327,8 +330,11 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                                           ("denied" if worst else
                                            ("timeout" if fail_states == {"timeout"} else "failed")))
         durs = [float(v.get("duration_s") or 0) for v in stacks.values()]
+        first_denied = next((err for _, st, err, _ in failed if st == "denied"), None)
         man.add("stacks", status, max(durs) if durs else 0.0,
-                "%d of %d Python processes dumped with %s" % (ok_dumps, len(py_targets), pyspy_bin),
+                "%d of %d Python processes dumped with %s%s" % (
+                    ok_dumps, len(py_targets), pyspy_bin,
+                    "; " + first_denied if first_denied else ""),
                 worst)
     snap["stacks"] = stacks
 

@@ -282,6 +282,10 @@ class ExecPipeTarget:
             merge_runtime_facts(snapshot, facts)
         log = await self._bounded(self.runtime_log(start_epoch), 5.0)
         if isinstance(log, dict) and not snapshot.get("log"):
+            if config.redact:  # the probe redacts what it reads; this was read here
+                from hangdoctor.redact import redact_text
+
+                log["tail"] = [redact_text(line) for line in log.get("tail") or []]
             snapshot["log"] = log
             self._fix_log_manifest(snapshot, log)
         self._record(snapshot, run, start)
@@ -551,8 +555,12 @@ def merge_runtime_facts(snapshot: dict[str, Any], facts: dict[str, Any]) -> dict
 
     The probe names its container when its cgroup path does (cgroup v1); with a private
     cgroup namespace it sees ``/`` and names none: every process it saw is then in this one.
-    What the probe measured stays; the runtime's facts fill in the rest. Returns the entry.
+    What the probe measured stays; the runtime's facts fill in the rest. A refused ptrace's
+    fix is given again for this runtime (the probe could only guess it from inside), naming
+    the container and the host pid of its init. Returns the entry.
     """
+    from hangdoctor.collect.container import ptrace_fix
+
     containers = snapshot.get("containers")
     if not isinstance(containers, list):
         containers = snapshot["containers"] = []
@@ -561,7 +569,9 @@ def merge_runtime_facts(snapshot: dict[str, Any], facts: dict[str, Any]) -> dict
     for c in containers:
         if isinstance(c, dict) and cid and str(c.get("id") or "").startswith(cid[:12]):
             entry = c
-            break
+    inside = [c for c in containers if isinstance(c, dict) and c.get("probe_inside")]
+    if entry is None and len(inside) == 1:
+        entry = inside[0]  # the probe ran in the target: its container is this one
     if entry is None:
         entry = {"pids": [], "short_id": cid[:12] or None}
         containers.append(entry)
@@ -575,15 +585,26 @@ def merge_runtime_facts(snapshot: dict[str, Any], facts: dict[str, Any]) -> dict
             proc["container_id"] = short
             if proc.get("pid") not in entry["pids"]:
                 entry["pids"].append(proc.get("pid"))
-    # A refused ptrace's fix names the host pid of the container's init once it is known.
-    host_pid = entry.get("init_host_pid")
-    if host_pid:
-        for m in snapshot.get("manifest") or []:
-            if isinstance(m, dict) and isinstance(m.get("remedy"), str):
-                m["remedy"] = m["remedy"].replace("HOST_PID", str(host_pid))
-        for st in (snapshot.get("stacks") or {}).values():
-            if isinstance(st, dict) and isinstance(st.get("remedy"), str):
-                st["remedy"] = st["remedy"].replace("HOST_PID", str(host_pid))
+    names = {
+        "container": facts.get("name"),
+        "pod": facts.get("pod"),
+        "namespace": facts.get("namespace"),
+        "host_pid": entry.get("init_host_pid"),
+    }
+    fixes = {}
+    for key, st in (snapshot.get("stacks") or {}).items():
+        if isinstance(st, dict) and st.get("denied_reason"):
+            st["remedy"] = ptrace_fix(str(st["denied_reason"]), facts.get("runtime"), names)
+            fixes[key] = st["remedy"]
+    for m in snapshot.get("manifest") or []:
+        if not isinstance(m, dict) or m.get("status") != "denied":
+            continue
+        source = str(m.get("source") or "")
+        pid = source.partition(":")[2]
+        if pid in fixes:
+            m["remedy"] = fixes[pid]
+        elif fixes and source in ("stacks", "environ"):
+            m["remedy"] = next(iter(fixes.values()))
     return entry
 
 

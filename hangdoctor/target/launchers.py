@@ -138,16 +138,9 @@ async def k8s_targets(
     what = f"k8s:{text}"
     if not selector:
         raise UsageError(f"--hosts {what}: no label selector", "e.g. --hosts k8s:app=vllm")
-    argv = kubectl_base(kubectl, context, kubeconfig) + [
-        "get",
-        "pods",
-        "-l",
-        selector,
-        "-o",
-        "json",
-    ]
-    if namespace:
-        argv[len(argv) - 5 : len(argv) - 5] = ["-n", namespace]
+    scope = ["-n", namespace] if namespace else []
+    argv = kubectl_base(kubectl, context, kubeconfig) + ["get", "pods"] + scope
+    argv += ["-l", selector, "-o", "json"]
     out = await _run(argv, what)
     try:
         doc = json.loads(out)

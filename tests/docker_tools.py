@@ -93,7 +93,7 @@ class Engine:
     def run(self, argv: list[str], *, name: Optional[str] = None, workdir: Optional[str] = None,
             shm_size: Optional[str] = None, user: Optional[str] = None, network: str = "none",
             cap_add: tuple[str, ...] = (), memory: Optional[str] = None,
-            env: Optional[dict[str, str]] = None) -> str:
+            env: Optional[dict[str, str]] = None, mounts: tuple[str, ...] = ()) -> str:
         """Start a detached container running ``argv``; returns its name."""
         name = name or f"hd-test-{uuid.uuid4().hex[:8]}"
         args = ["run", "-d", "--name", name, "--network", network, "-w", str(REPO_ROOT),
@@ -104,6 +104,8 @@ class Engine:
         args += ["-v", f"{REPO_ROOT}:{REPO_ROOT}:ro"]
         if workdir:
             args += ["-v", f"{workdir}:{workdir}"]
+        for m in mounts:  # SRC:DST[:ro]
+            args += ["-v", m]
         if shm_size:
             args += ["--shm-size", shm_size]
         if user:

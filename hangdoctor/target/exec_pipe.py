@@ -280,6 +280,7 @@ class ExecPipeTarget:
             facts = None
         if facts:
             merge_runtime_facts(snapshot, facts)
+        _host_kernel_log(snapshot)
         log = await self._bounded(self.runtime_log(start_epoch), 5.0)
         if isinstance(log, dict) and not snapshot.get("log"):
             if config.redact:  # the probe redacts what it reads; this was read here
@@ -547,6 +548,20 @@ async def run_command(
             await asyncio.wait_for(proc.wait(), 2.0)
         raise
     return proc.returncode, out, err
+
+
+def _host_kernel_log(snapshot: dict[str, Any]) -> None:
+    """In a container the kernel log is the host's, and reading it needs CAP_SYSLOG, which
+    containers lack: not a permission to fix in the container, but a source to read on the
+    host. Said so, rather than as a refusal with a sysctl remedy."""
+    host = snapshot.get("host") or {}
+    if not isinstance(host, dict) or not host.get("in_container"):
+        return
+    for m in snapshot.get("manifest") or []:
+        if isinstance(m, dict) and m.get("source") == "kernel_log" and m.get("status") == "denied":
+            m["status"] = "unavailable"
+            m["detail"] = f"the host's kernel log is not readable in the container ({m.get('detail')})"
+            m["remedy"] = "read it on the host (dmesg -T), or diagnose from the host by PID"
 
 
 def merge_runtime_facts(snapshot: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:

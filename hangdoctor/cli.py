@@ -293,6 +293,10 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
             msg = r.error if r.error.startswith(r.name) else f"{r.name}: {r.error}"
             _err(f"hangdoctor: {msg}" + (f" ({r.remedy})" if r.remedy else ""))
     analysis = analyze(snapshots, checks, command=_command_line(), host_results=results)
+    from hangdoctor.target import collection_warnings
+
+    for line in collection_warnings(snapshots):
+        _err(line)
     if kw.get("no_redact"):
         analysis["weakened"].insert(0, "NOT REDACTED (--no-redact): this report may contain tokens and keys; do not share it")
     for s in snapshots:

@@ -70,8 +70,10 @@ def test_scenario_inside_a_container_through_docker_target(
     assert a["verdict"] == verdict, (a.get("verdict_reason"), proc.stderr)
     if cause:
         assert top(a) == cause, [c["id"] for c in a["causes"]]
-    # the probe ran in the container: its pids are the container's (the launcher is pid 1)
+    # the probe ran in the container: its pids are the container's, and the server found
+    # without --pid is one tree whose root is the container's init
     assert ctr.raw["launcher_pid"] == 1
+    assert snap["targets"]["discovered"] and snap["targets"]["root_pids"] == [1], snap["targets"]
     assert {p["pid"] for p in snap["processes"]} >= set(ctr.raw["worker_pids"])
     c = snap["containers"][0]
     assert c["name"] == ctr.name and c["probe_inside"] and c["init_host_pid"] == ctr.host_pid
@@ -170,6 +172,12 @@ def test_refused_ptrace_names_the_cause_and_the_fix(in_container, docker_engine,
     perm = check_of(a, "collection.permissions")
     assert perm["verdict"] == "fired" and "--cap-add SYS_PTRACE" in json.dumps(perm)
     assert a["verdict"] in ("hung", "inconclusive")
+    # the one line on the terminal: the exact cause, then the runtime's fix
+    line = next(ln for ln in proc.stderr.splitlines() if "no Python stacks" in ln)
+    assert line.startswith(f"hangdoctor: docker:{ctr.name}: no Python stacks: no CAP_SYS_PTRACE")
+    assert "(fix: docker run --cap-add SYS_PTRACE" in line
+    # the container's facts were still read (from inside, not through /proc/PID/root)
+    assert snap["containers"][0]["shm"]["total_bytes"] == 64 << 20
 
 
 def test_the_named_fix_works(in_container, docker_engine, tmp_path) -> None:

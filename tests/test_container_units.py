@@ -394,6 +394,16 @@ def test_error_lines() -> None:
         assert remedy_part in err.one_line(), err.one_line()
 
 
+def test_kubectl_without_a_cluster_recorded() -> None:
+    """The real kubectl of this machine, with no cluster configured: klog lines, then the one
+    that says what is wrong."""
+    text = (RECORDED / "kubectl-exec-no-cluster.stderr").read_text()
+    err = kubectl_error("k8s:llm/vllm-0", text, 1)
+    assert err.message.startswith("k8s:llm/vllm-0: the cluster is not reachable: The connection to "
+                                  "the server localhost:8080 was refused")
+    assert "memcache.go" not in err.one_line() and "--kubeconfig / --context" in err.one_line()
+
+
 def test_log_from_timestamped_lines() -> None:
     lines = ["2026-12-01T08:00:00.000000000Z INFO loading", "2026-12-01T08:00:05.500000000Z INFO done",
              "no stamp"]

@@ -232,9 +232,11 @@ def cgroup_counters(
 # ---------------------------------------------------------------- what /proc/PID/root shows
 
 
-def shm_facts(pid: int, proc: str = "/proc") -> Dict[str, Any]:
-    """The container's /dev/shm seen through /proc/PID/root: size, use, what is in it."""
-    path = "%s/%d/root/dev/shm" % (proc, pid)
+def shm_facts(pid: Optional[int], proc: str = "/proc") -> Dict[str, Any]:
+    """The container's /dev/shm seen through /proc/PID/root: size, use, what is in it.
+    ``pid`` None: the probe's own /dev/shm (it runs in the container's mount namespace;
+    /proc/PID/root of a process of another uid needs ptrace rights it may lack)."""
+    path = "/dev/shm" if pid is None else "%s/%d/root/dev/shm" % (proc, pid)
     try:
         st = os.statvfs(path)
     except OSError as exc:
@@ -261,10 +263,11 @@ def shm_facts(pid: int, proc: str = "/proc") -> Dict[str, Any]:
     return out
 
 
-def visible_gpus(pid: int, proc: str = "/proc") -> Optional[List[int]]:
-    """The /dev/nvidiaN device nodes the container has, or None when its /dev is unreadable."""
+def visible_gpus(pid: Optional[int], proc: str = "/proc") -> Optional[List[int]]:
+    """The /dev/nvidiaN device nodes the container has, or None when its /dev is unreadable.
+    ``pid`` None: the probe's own /dev (it runs in the container)."""
     try:
-        names = os.listdir("%s/%d/root/dev" % (proc, pid))
+        names = os.listdir("/dev" if pid is None else "%s/%d/root/dev" % (proc, pid))
     except OSError:
         return None
     return sorted(int(m.group(1)) for m in (_NVIDIA_DEV.match(n) for n in names) if m)
@@ -677,8 +680,9 @@ class Containers:
             ):
                 now["cpu_throttled_delta"] = now["cpu_nr_throttled"] - first["cpu_nr_throttled"]
             entry["cgroup"] = now
-            entry["shm"] = shm_facts(pid, self.proc)
-            gpus = visible_gpus(pid, self.proc)
+            seen_from = None if entry.get("probe_inside") else pid
+            entry["shm"] = shm_facts(seen_from, self.proc)
+            gpus = visible_gpus(seen_from, self.proc)
             if gpus is not None:
                 entry["gpu_devices"] = gpus
             ipc = _ns(pid, "ipc", self.proc)

@@ -86,7 +86,8 @@ def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
         ppid = int(st["ppid"]) if st else 0
         # the launcher: the highest Python ancestor (torchrun, mp.spawn, a launcher script)
         top, anc, hops = pid, ppid, 0
-        while anc > 1 and hops < 16:
+        # pid 1 too: in a container's pid namespace the server's launcher is often init
+        while anc > 0 and hops < 16:
             a_argv = procfs.cmdline(anc, proc)
             if not a_argv or anc in own_pids or not pyspy.is_python_process(procfs.exe(anc, proc), a_argv, None):
                 break
@@ -102,7 +103,7 @@ def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
         # walk up: if any ancestor matches, this is not a root
         anc, seen = ppid, 0
         covered = False
-        while anc > 1 and seen < 64:
+        while anc > 0 and seen < 64:  # pid 1 may be the server (a container's init)
             if anc in matches:
                 covered = True
                 break

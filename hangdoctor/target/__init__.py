@@ -60,3 +60,16 @@ def expand_targets(
         }
         targets += launchers.expand(hosts_spec, kube=kube_args, ssh_kwargs=ssh_kwargs)
     return targets, used
+
+
+def collection_warnings(snapshots: list[dict[str, Any]]) -> list[str]:
+    """One line per host whose stacks were refused, with why and the runtime's fix: what a
+    person must act on before the next run (the report has the rest)."""
+    out = []
+    for snap in snapshots:
+        host = (snap.get("host") or {}).get("name", "?")
+        for m in snap.get("manifest") or []:
+            if isinstance(m, dict) and m.get("source") == "stacks" and m.get("status") == "denied":
+                why = str(m.get("detail") or "").partition("; ")[2] or "ptrace refused"
+                out.append(f"hangdoctor: {host}: no Python stacks: {why} (fix: {m.get('remedy')})")
+    return out

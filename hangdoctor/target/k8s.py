@@ -15,7 +15,7 @@ from typing import Any, Optional
 
 from hangdoctor.errors import TargetError, UsageError
 from hangdoctor.target.docker import log_from_lines
-from hangdoctor.target.exec_pipe import ExecPipeTarget, first_line, run_command
+from hangdoctor.target.exec_pipe import ExecPipeTarget, run_command
 
 # RFC 1123 label (namespace, container) and subdomain (pod) names.
 _LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -104,7 +104,7 @@ class K8sTarget(ExecPipeTarget):
         except FileNotFoundError:
             raise self.missing_binary() from None
         if rc != 0:
-            raise kubectl_error(self.name, first_line(err), rc)
+            raise kubectl_error(self.name, err.decode("utf-8", "replace"), rc)
         try:
             doc = json.loads(out)
         except ValueError:
@@ -124,8 +124,21 @@ class K8sTarget(ExecPipeTarget):
         )
 
 
+# kubectl's client-go log lines (``E1201 09:09:48.049714    4167 memcache.go:265] ...``)
+# come before the one line that says what went wrong.
+_KLOG_RE = re.compile(r"^[EWIF]\d{4} \d\d:\d\d:\d\d\.\d+\s+\d+ \S+:\d+\] ")
+
+
+def kubectl_message(text: str) -> str:
+    """The line of kubectl's stderr that says what went wrong (its klog noise dropped)."""
+    lines = [ln.strip() for ln in re.split(r"\n| \| ", text) if ln.strip()]
+    plain = [ln for ln in lines if not _KLOG_RE.match(ln)]
+    return (plain or lines or [""])[-1 if plain else 0]
+
+
 def kubectl_error(name: str, text: str, returncode: Optional[int]) -> TargetError:
     """One line for each way ``kubectl exec``/``get`` fails before our shell runs."""
+    text = kubectl_message(text)
     low = text.lower()
     if "notfound" in low or "not found" in low and "pod" in low:
         return TargetError(

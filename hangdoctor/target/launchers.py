@@ -76,7 +76,8 @@ async def _run(argv: list[str], what: str) -> bytes:
             "the controller may be down: try it by hand",
         ) from None
     if rc != 0:
-        raise _launcher_error(argv, what, first_line(err) or f"exit {rc}")
+        text = err.decode("utf-8", "replace") if argv[0].endswith("kubectl") else first_line(err)
+        raise _launcher_error(argv, what, text or f"exit {rc}")
     return out
 
 

@@ -29,7 +29,7 @@ def label(c: dict[str, Any]) -> str:
         if c.get("name"):
             where += f" container {c['name']}"
     else:
-        where = f"{runtime} container {c.get('name') or c.get('short_id') or '?'}"
+        where = f"{runtime} container {c.get('name') or c.get('short_id') or '(the one hangdoctor ran in)'}"
     return where
 
 

@@ -293,6 +293,29 @@ def test_servers_shm_is_the_containers_when_all_roots_live_there() -> None:
     assert container.servers_shm([dict(c, probe_inside=True)], [10]) is None
 
 
+def test_a_private_cgroup_namespace_is_the_probes_own_container(tmp_path: Path) -> None:
+    """cgroup v2 with a private namespace: /proc/*/cgroup read "0::/" in the container, naming
+    none; the probe then takes its own cgroup, /dev/shm and /dev as the servers' container's."""
+    proc, cg = tmp_path / "proc", tmp_path / "cgroup"
+    for pid in ("self", "7", "8"):
+        (proc / pid).mkdir(parents=True)
+        (proc / pid / "cgroup").write_text("0::/\n")
+    cg.mkdir()
+    (cg / "memory.current").write_text("1048576\n")
+    (cg / "memory.max").write_text("2147483648\n")
+    (cg / "memory.events").write_text("low 0\nhigh 0\nmax 0\noom 1\noom_kill 1\n")
+    recs = [{"pid": 7}, {"pid": 8}]
+    inside = container.Containers(recs, str(proc), str(cg), host={"in_container": "docker"})
+    found = inside.finish()
+    assert len(found) == 1 and found[0]["probe_inside"] and found[0]["pids"] == [7, 8]
+    assert found[0]["cgroup"]["memory_limit_bytes"] == 2 << 30 and found[0]["cgroup"]["oom_kill"] == 1
+    assert "total_bytes" in found[0]["shm"]  # the probe's own /dev/shm
+    # on a host (or a container whose cgroup paths name something) nothing is made up
+    assert container.Containers(recs, str(proc), str(cg), host={"in_container": None}).finish() == []
+    (proc / "self" / "cgroup").write_text("4:memory:/process_api/d01ec6712534a41e\n0::/\n")
+    assert container.Containers(recs, str(proc), str(cg), host={"in_container": "docker"}).finish() == []
+
+
 # ------------------------------------------------------------------ the probe, for real
 
 

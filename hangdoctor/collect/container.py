@@ -606,7 +606,11 @@ class Containers:
     """
 
     def __init__(
-        self, records: List[Dict[str, Any]], proc: str = "/proc", cgroup_root: str = CGROUP_ROOT
+        self,
+        records: List[Dict[str, Any]],
+        proc: str = "/proc",
+        cgroup_root: str = CGROUP_ROOT,
+        host: Optional[Dict[str, Any]] = None,
     ) -> None:
         self.proc, self.cgroup_root = proc, cgroup_root
         self.own = parse_cgroup(procfs.read_text("%s/self/cgroup" % proc, 1 << 16))
@@ -635,14 +639,29 @@ class Containers:
                 self._first[cid] = cgroup_counters(cg, self.own, cgroup_root)
                 self._state(entry)
             entry["pids"].append(pid)
+        runtime = (host or {}).get("in_container")
+        private_ns = bool(self.own) and set(self.own.values()) <= {"/"}
+        if not self.by_id and runtime and private_ns and records:
+            # In a container with its own cgroup namespace (cgroup v2) every path reads "/",
+            # naming no container: the probe runs in the servers' container, so its own
+            # cgroup, /dev/shm and /dev are theirs. The target adds the name and id.
+            pids = [r["pid"] for r in records if isinstance(r.get("pid"), int)]
+            if pids:
+                entry = {"runtime": runtime, "engine": "", "id": "", "short_id": "",
+                         "pids": pids, "root_pid": pids[0], "probe_inside": True}
+                self.by_id[""] = entry
+                self._cgroups[""] = self.own
+                self._first[""] = cgroup_counters(self.own, self.own, cgroup_root)
 
     def _state(self, entry: Dict[str, Any]) -> None:
         cid = entry["id"]
         state = None
         if entry.get("engine") == "docker" or entry["runtime"] == "docker":
-            if self._roots is None:
-                self._roots = docker_roots(self.proc)
-            state = docker_state(cid, self._roots)
+            state = docker_state(cid, DOCKER_ROOTS)
+            if state is None:  # a moved data-root: ask the running dockerd (a /proc scan)
+                if self._roots is None:
+                    self._roots = docker_roots(self.proc)
+                state = docker_state(cid, self._roots)
         elif entry["runtime"] == "kubernetes":
             state = containerd_state(cid)
             if state and state.get("namespace") and state.get("pod") and state.get("name"):

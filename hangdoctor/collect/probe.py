@@ -186,7 +186,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                 pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(r.record.get("status")),
                 native=cfg.native, with_locals=cfg.locals, sudo=cfg.sudo)
     mem_a, vm_a = procfs.meminfo(proc), procfs.vmstat(proc)
-    containers = container.Containers([r.record for r in readers], proc)
+    containers = container.Containers([r.record for r in readers], proc, host=snap["host"])
     denied_env = [r.pid for r in readers if r.record.get("env_status") == "denied"]
     # the backend is named after the window: psutil's presence needs site-packages
     man.add("processes", "ok" if readers or not roots else "failed", time.monotonic() - t0,

@@ -262,7 +262,6 @@ class ExecPipeTarget:
                 self._collect(config, run, start, on_started), self.total_deadline_s(config)
             )
         except (asyncio.TimeoutError, TimeoutError):
-            facts_task.cancel()
             raise TargetError(
                 f"{self.name}: no snapshot after {time.monotonic() - start:.0f} s "
                 f"(while {run.phase}){': ' + run.stderr_tail() if run.stderr_tail() else ''}",
@@ -275,7 +274,10 @@ class ExecPipeTarget:
             if isinstance(facts, TargetError):
                 raise facts from None
             raise
-        facts = await facts_task
+        finally:
+            if not facts_task.done():  # a timeout, or the caller gave up on us
+                facts_task.cancel()
+        facts = await facts_task if not facts_task.cancelled() else None
         if isinstance(facts, TargetError):
             facts = None
         if facts:
@@ -385,9 +387,8 @@ class ExecPipeTarget:
         err_task = asyncio.ensure_future(read_stderr())
         out_task = asyncio.ensure_future(proc.stdout.read())
         try:
-            with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                stdin.write(b"%d\n" % len(script) + script)
-                await stdin.drain()
+            run.phase = f"sending the probe through `{self.describe()}`"
+            await self._send(stdin, b"%d\n" % len(script) + script, self.start_timeout_s, run)
             # The shell names what it found before it starts python; until then the runtime
             # is still starting it (pulling a pod's exec session, a slow daemon).
             await self._wait_any(events, ("pyspy", "eof"), self.start_timeout_s, run)
@@ -400,9 +401,7 @@ class ExecPipeTarget:
                 if events["need"].is_set():
                     t = time.monotonic()
                     data = self._pyspy_for(run.facts.get("need_pyspy", ""), run)
-                    with contextlib.suppress(BrokenPipeError, ConnectionResetError):
-                        stdin.write(b"%d\n" % len(data) + data)
-                        await stdin.drain()
+                    await self._send(stdin, b"%d\n" % len(data) + data, 2 * self.start_timeout_s, run)
                     run.uploaded_bytes = len(data)
                     run.timings_s["upload"] = time.monotonic() - t
             with contextlib.suppress(BrokenPipeError, ConnectionResetError, OSError):
@@ -417,6 +416,22 @@ class ExecPipeTarget:
             for task in (err_task, out_task):
                 task.cancel()
         return self._finish(stdout, run)
+
+    async def _send(self, stdin: asyncio.StreamWriter, data: bytes, timeout_s: float,
+                    run: ExecRun) -> None:
+        """Write to the command's stdin within ``timeout_s``: a command that never reads it
+        (waiting on a prompt, a wedged runtime) must not hold us until the overall deadline."""
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            stdin.write(data)
+            try:
+                await asyncio.wait_for(stdin.drain(), timeout_s)
+            except (asyncio.TimeoutError, TimeoutError):
+                raise TargetError(
+                    f"{self.name}: `{self.describe()}` did not read its input within "
+                    f"{timeout_s:.0f} s (while {run.phase})"
+                    f"{': ' + run.stderr_tail() if run.stderr_tail() else ''}",
+                    "the command may wait for a password or a prompt: it must run unattended",
+                ) from None
 
     async def _wait_any(
         self, events: dict[str, asyncio.Event], names: Sequence[str], timeout_s: float, run: ExecRun

@@ -215,6 +215,21 @@ def test_two_containers_give_one_report(in_container, docker_engine, tmp_path) -
     assert f"pid {dead} [python3] is a zombie" in json.dumps(died["evidence"]), died
 
 
+def test_pre_kill_snapshot_of_a_container(in_container, docker_engine, tmp_path) -> None:
+    """`hangdoctor snapshot docker:NAME`: the bundle a preStop hook would take."""
+    ctr = in_container("postload", workers=2)
+    out = tmp_path / "bundle"
+    proc = subprocess.run(
+        [sys.executable, "-m", "hangdoctor", "snapshot", f"docker:{ctr.name}", "-o", str(out),
+         "--deadline", "20", "--json"],
+        capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=docker_engine.env)
+    assert proc.returncode == 3, proc.stderr
+    snaps = list(out.rglob("*snapshot*.json"))
+    assert snaps, list(out.rglob("*"))
+    snap = json.loads(snaps[0].read_text())
+    assert snap["containers"][0]["name"] == ctr.name and snap["target"]["kind"] == "docker"
+
+
 # ------------------------------------------------------------------ one line, right code
 
 

@@ -496,3 +496,35 @@ def test_exec_pipe_runs_the_probe_through_a_plain_shell(tmp_path: Path) -> None:
     m = {e["source"]: e for e in snap["manifest"]}
     assert m["exec"]["status"] == "ok" and "env PATH=" in m["exec"]["detail"]
     assert snap["target"]["kind"] == "via"
+
+
+def _gone(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def test_a_command_that_never_reads_its_input_is_given_up_on(tmp_path: Path) -> None:
+    """Every step has its deadline: a command that does not read the probe (a prompt, a
+    wedged runtime) is stopped after the start deadline, its process group killed."""
+    pidfile = tmp_path / "pid"
+    cmd = [sys.executable, "-c", f"import os,time; open({str(pidfile)!r},'w').write(str(os.getpid())); time.sleep(60)"]
+    target = ExecPipeTarget("via:stuck", cmd, start_timeout_s=1.0)
+    with pytest.raises(TargetError) as info:
+        asyncio.run(target.collect(ProbeConfig(window_s=0, deadline_s=5)))
+    assert "did not read its input within 1 s" in info.value.message
+    assert "unattended" in (info.value.remedy or "")
+    assert _gone(int(pidfile.read_text()))
+
+
+def test_a_command_that_reads_but_never_answers_is_given_up_on(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pid"
+    cmd = [sys.executable, "-c", f"import os,sys,time; open({str(pidfile)!r},'w').write(str(os.getpid())); "
+           "sys.stdin.buffer.read(); time.sleep(60)"]
+    target = ExecPipeTarget("via:silent", cmd, start_timeout_s=1.0)
+    with pytest.raises(TargetError) as info:
+        asyncio.run(target.collect(ProbeConfig(window_s=0, deadline_s=5)))
+    assert "gave no answer within 1 s" in info.value.message
+    assert _gone(int(pidfile.read_text()))

@@ -257,10 +257,12 @@ class ExecPipeTarget:
         start = time.monotonic()
         start_epoch = time.time()
         facts_task = asyncio.ensure_future(self._bounded(self.runtime_facts(), 10.0))
+        ok = False
         try:
             snapshot = await asyncio.wait_for(
                 self._collect(config, run, start, on_started), self.total_deadline_s(config)
             )
+            ok = True
         except (asyncio.TimeoutError, TimeoutError):
             raise TargetError(
                 f"{self.name}: no snapshot after {time.monotonic() - start:.0f} s "
@@ -275,9 +277,9 @@ class ExecPipeTarget:
                 raise facts from None
             raise
         finally:
-            if not facts_task.done():  # a timeout, or the caller gave up on us
+            if not ok and not facts_task.done():  # a timeout, or the caller gave up on us
                 facts_task.cancel()
-        facts = await facts_task if not facts_task.cancelled() else None
+        facts = await facts_task  # bounded by _bounded's own 10 s
         if isinstance(facts, TargetError):
             facts = None
         if facts:

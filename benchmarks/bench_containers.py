@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -130,6 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                              "minus_host_s": diffs, "outcome": outcome, "runs": walls}
     finally:
         engine.stop()
+        shutil.rmtree(work, ignore_errors=True)
     print(f"\n--window {args.window}, median (min) of {args.runs} runs, wall time of the CLI\n")
     print("| scenario | host | docker:NAME | docker:, py-spy inside | from the host by PID | "
           "docker: − host | py-spy inside − host | by PID − host | verdicts |")

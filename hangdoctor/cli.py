@@ -238,25 +238,26 @@ REPORT_SUFFIXES = (".html", ".htm", ".md", ".markdown", ".json")  # render.FORMA
 
 def _plan(hosts: list[str], pids: list[str], hosts_file: str | None,
           opts: dict[str, Any]) -> tuple[list[Any], dict[str, list[int]]]:
-    """The targets to collect from, and the root pids asked for on each (empty: discover)."""
-    from hangdoctor.target import multi
+    """The targets to collect from (hosts, containers, pods, --via pipes, a launcher's nodes),
+    and the root pids asked for on each (empty: discover)."""
+    from hangdoctor.target import expand_targets, launchers, multi
 
     hosts = list(hosts)
     pids = list(pids)
-    if hosts_file:
+    launcher = hosts_file if launchers.is_launcher_spec(hosts_file) else None
+    if hosts_file and not launcher:
         try:
             hosts += multi.read_hosts_file(hosts_file)
             pids += multi.hosts_file_pid_args(hosts_file)
         except OSError as exc:
             raise UsageError(f"--hosts {hosts_file}: {exc.strerror or exc}", "give a readable file, one host a line") from None
-    if not hosts:
+    if not hosts and not opts.get("via") and not launcher:
         raise UsageError("no host given", "hangdoctor diagnose localhost --pid PID (or a [user@]host)")
     seen: list[str] = []
     for h in hosts:
         if h not in seen:
             seen.append(h)
     hosts = seen
-    by_host = multi.parse_pid_args(pids, hosts)
     ssh_kwargs: dict[str, Any] = {}
     if opts.get("identity"):
         ssh_kwargs["identity"] = list(opts["identity"])
@@ -266,7 +267,10 @@ def _plan(hosts: list[str], pids: list[str], hosts_file: str | None,
         ssh_kwargs["known_hosts"] = opts["known_hosts"]
     if opts.get("ssh_config"):
         ssh_kwargs["config_path"] = opts["ssh_config"]
-    return [multi.parse_host_spec(h, **ssh_kwargs) for h in hosts], by_host
+    kube = {"context": opts.get("context"), "kubeconfig": opts.get("kubeconfig")}
+    targets, _ = expand_targets(hosts, list(opts.get("via") or []), launcher, kube, ssh_kwargs)
+    by_host = multi.parse_pid_args(pids, [t.name for t in targets])
+    return targets, by_host
 
 
 def _is_local(name: str) -> bool:
@@ -415,7 +419,10 @@ def _check_window(ctx: click.Context, param: click.Parameter, value: float) -> f
 def _diagnose_options(f: Any) -> Any:
     opts = [
         click.option("--pid", "pids", multiple=True, metavar="PID", help="root PID of the server (repeat; HOST:PID with several hosts); default: find the servers"),
-        click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False), help="file of hosts, one a line (optional pid=1,2 after the host)"),
+        click.option("--hosts", "hosts_file", type=click.Path(dir_okay=False), help="file of hosts, one a line (optional pid=1,2 after the host); or slurm:JOBID, slurm+ssh:JOBID, k8s:[NS/]SELECTOR"),
+        click.option("--via", multiple=True, metavar="COMMAND", help="run the probe through this command, e.g. 'podman exec -i NAME', 'nsenter -t PID -a' (repeat)"),
+        click.option("--context", default=None, help="kubectl context for k8s: targets"),
+        click.option("--kubeconfig", type=click.Path(dir_okay=False), default=None, help="kubeconfig for k8s: targets"),
         click.option("--port", type=int, multiple=True, metavar="PORT",
                      help="the server's API port: without --pid, the process listening on it is the one diagnosed; also probed over HTTP"),
         click.option("--log", type=str, default=None, metavar="FILE", help="the server's log file (on the target host)"),
@@ -513,6 +520,10 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
             _err(f"hangdoctor: {msg}" + (f" ({r.remedy})" if r.remedy else ""))
     analysis = analyze(snapshots, checks, command=_command_line(), host_results=results)
     analysis = _per_tree(analysis, snapshots, checks, results)
+    from hangdoctor.target import collection_warnings
+
+    for line in collection_warnings(snapshots):
+        _err(line)
     if kw.get("no_redact"):
         analysis["weakened"].insert(0, "NOT REDACTED (--no-redact): this report may contain tokens and keys; do not share it")
     for s in snapshots:
@@ -633,8 +644,9 @@ def _save_snapshots(path: str, results: list[Any], derived: bool = False) -> Non
 @click.option("--save-snapshot", type=click.Path(dir_okay=False), default=None,
               help="save the raw snapshot JSON here (default: next to -o as NAME.snapshot.json)")
 def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
-    """Diagnose the inference server(s) on HOST: localhost, [user@]host[:port] or an ssh alias."""
-    if not hosts and not kw.get("hosts_file"):
+    """Diagnose the inference server(s) on HOST: localhost, [user@]host[:port], an ssh alias,
+    docker:NAME or k8s:[NAMESPACE/]POD[/CONTAINER]."""
+    if not hosts and not kw.get("hosts_file") and not kw.get("via"):
         raise UsageError("no host given", "hangdoctor diagnose localhost --pid PID")
     # Every path is checked before the window starts, not after it.
     check_report_path(kw.get("output"), kw.get("fmt"))

@@ -42,6 +42,7 @@ MAX_KEPT_MESSAGES = 50
 COLLECTION_KEYS = (
     "pids", "hosts_file", "port", "log", "window", "native", "locals", "sudo", "no_gpu",
     "no_redact", "identity", "ssh_option", "ssh_config", "known_hosts", "checks_dirs",
+    "via", "context", "kubeconfig",
 )  # fmt: skip
 
 
@@ -212,7 +213,7 @@ def take_snapshot(
     """
     t0 = time.monotonic() if started_s is None else started_s
     started_epoch_s = time.time() - (time.monotonic() - t0)
-    if not hosts and not kw.get("hosts_file"):
+    if not hosts and not kw.get("hosts_file") and not kw.get("via"):
         raise UsageError("no host given", "hangdoctor snapshot localhost --pid PID")
     label = hosts[0] if len(hosts) == 1 else (f"{hosts[0]}+{len(hosts) - 1}" if hosts else "hosts")
     from hangdoctor import bundle as bundle_mod  # lazy: tarfile and hashlib, ~12 ms

@@ -3,7 +3,7 @@
 #
 #   bash tests/run-all.sh [pytest args...]      (from anywhere; .ci/run calls it)
 #
-# Phases: system packages (openssh-server, chromium; skipped when present), .venv (created when
+# Phases: system packages (openssh-server, chromium, docker.io; skipped when present), .venv (created when
 # missing), the package with its test extras plus torch==2.13.0 (skipped when pyproject.toml is
 # unchanged since the last install), then pytest. Each phase's time goes to stderr.
 # pytest's "no tests collected" (exit 5) counts as a failure.
@@ -36,13 +36,16 @@ as_root() {
     fi
 }
 
-# --- system packages: the ssh, browser and terminal tests use the real things.
+# --- system packages: the ssh, browser, terminal and container tests use the real things.
 apt_missing=()
 [ -x /usr/sbin/sshd ] || apt_missing+=(openssh-server)
 command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 ||
     apt_missing+=(chromium)
 # tmux holds an 80- and a 200-column terminal for the new-user test (tests/test_newuser_readme.py)
 command -v tmux >/dev/null 2>&1 || apt_missing+=(tmux)
+# A Docker engine: the container tests (tests/docker_tools.py) start dockerd themselves when
+# none answers (data-root and socket under /tmp/hangdoctor-dockerd) and stop it at the end.
+command -v dockerd >/dev/null 2>&1 || apt_missing+=(docker.io)
 if [ "${#apt_missing[@]}" -gt 0 ]; then
     echo "run-all: apt-get install ${apt_missing[*]}" >&2
     as_root apt-get update -q

@@ -325,6 +325,11 @@ CASES: dict[str, tuple[list[tuple[Callable[[], dict], str | None]], list[Callabl
                   [lambda: log_snap(PLAIN_LOG), postload_recorded]),
 }
 
+# the container checks' fixtures live with the container tests
+from test_container_checks import CONTAINER_CASES  # noqa: E402
+
+CASES.update(CONTAINER_CASES)
+
 
 def _check(cid: str):
     for c in builtin_checks():

@@ -29,6 +29,7 @@ PROBE_MODULES = [
     "hangdoctor.collect.pyspy",
     "hangdoctor.collect.nvml",
     "hangdoctor.collect.processes",
+    "hangdoctor.collect.container",
     "hangdoctor.collect.sources",
     "hangdoctor.collect.nccl",
     "hangdoctor.collect.locks",

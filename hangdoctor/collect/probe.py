@@ -22,7 +22,7 @@ import threading
 import time
 
 from hangdoctor import redact
-from hangdoctor.collect import locks, procfs, pyspy, sources
+from hangdoctor.collect import container, locks, procfs, pyspy, sources
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.collect.processes import ProcReader, discover
 
@@ -130,6 +130,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         "notes": [],
     }  # type: Dict[str, Any]
     snap["host"] = _host_info(cfg)
+    snap["host"].update(container.self_facts(proc))
 
     # targets
     t0 = time.monotonic()
@@ -210,6 +211,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                 "%d /proc/locks line(s) involve the tree" % len(snap["file_locks"]["locks"]))
     except Exception as exc:  # one source must not stop the probe
         man.add("file_locks", "failed", time.monotonic() - t_locks, str(exc))
+    containers = container.Containers([r.record for r in readers], proc, host=snap["host"])
     denied_env = [r.pid for r in readers if r.record.get("env_status") == "denied"]
     # the backend is named after the window: psutil's presence needs site-packages
     man.add("processes", "ok" if readers or not roots else "failed", time.monotonic() - t0,
@@ -218,7 +220,10 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         man.add("environ", "denied", 0.0,
                 "/proc/PID/environ unreadable for %d process(es): %s" % (
                     len(denied_env), ", ".join(map(str, denied_env[:8]))),
-                "run hangdoctor as root or as the server's user")
+                # the same access check as ptrace's: the same reason, the same fix
+                container.explain_denial(
+                    next((r.record.get("uid") for r in readers if r.pid == denied_env[0]), None),
+                    snap["host"], {})[2])
 
     # log file: --log, or the root's stdout/stderr when that is a regular file. Read by a
     # disposable child (sources.LogRead): the log may sit on a hung network file system.
@@ -228,6 +233,11 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         for cand in r.record.pop("_log_candidates", []):
             if not log_given and cand not in log_paths:
                 log_paths.append(cand)
+    log_format = None
+    if not log_paths:  # a container's stdout is a pipe: its runtime keeps the log
+        runtime_path, log_format = containers.runtime_log(roots)
+        if runtime_path:
+            log_paths = [runtime_path]
     log_a = log_end = None  # type: Optional[sources.LogRead]
     if not log_paths:
         man.add("log", "not-given", 0.0, "no server log given and none found on the server's stdout",
@@ -315,6 +325,9 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
     if log_paths:
         _read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline, log_end)
+    if log_format and "log" in snap:
+        snap["log"]["tail"] = container.decode_log_lines(snap["log"]["tail"], log_format)
+        snap["log"]["format"] = log_format
     if nccl_c is not None:
         futures["ncclB"] = pool.submit(_nccl_finish, futures["ncclA"], nccl_c, hard_deadline)
 
@@ -342,9 +355,15 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             ok_dumps += 1
         else:
             failed.append((r.pid, a.get("status"), a.get("error"), a.get("remedy")))
+    # py-spy from the host names a container's threads by their ids in its pid namespace
+    container.map_namespaced_threads(stacks, [r.record for r in readers], proc)
     if pyspy_bin and py_targets:
         worst = None
-        for pid, status, err, remedy in failed:
+        for i, (pid, status, err, remedy) in enumerate(failed):
+            if status == "denied":
+                err, remedy = _explain_denial(stacks[str(pid)], readers, pid, snap["host"],
+                                              containers)
+                failed[i] = (pid, status, err, remedy)
             man.add("stacks:%d" % pid, str(status), 0.0, err, remedy)
             if status == "denied":
                 worst = remedy
@@ -353,8 +372,11 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                                           ("denied" if worst else
                                            ("timeout" if fail_states == {"timeout"} else "failed")))
         durs = [float(v.get("duration_s") or 0) for v in stacks.values()]
+        first_denied = next((err for _, st, err, _ in failed if st == "denied"), None)
         man.add("stacks", status, max(durs) if durs else 0.0,
-                "%d of %d Python processes dumped with %s" % (ok_dumps, len(py_targets), pyspy_bin),
+                "%d of %d Python processes dumped with %s%s" % (
+                    ok_dumps, len(py_targets), pyspy_bin,
+                    "; " + first_denied if first_denied else ""),
                 worst)
     snap["stacks"] = stacks
 
@@ -439,6 +461,15 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     except OSError as exc:
         man.add("shm", "unavailable", 0.0, "%s: %s" % (cfg.shm_path, exc))
 
+    found = containers.finish()
+    if found:
+        snap["containers"] = found
+        # The server's /dev/shm is its container's, not the host's the probe sees
+        server_shm = container.servers_shm(found, roots)
+        if server_shm is not None:
+            if "shm" in snap:
+                snap["host_shm"] = snap["shm"]
+            snap["shm"] = server_shm
     snap["processes"] = [r.record for r in readers]
     snap["manifest"] = man.entries
     if cfg.redact:
@@ -490,6 +521,22 @@ def _nccl_record(snap: Dict[str, Any], man: Manifest, res: Any, cfg: ProbeConfig
     for req in res.get("fr_requests") or []:
         snap["notes"].append("--fr-dump: asked pid %s to dump its Flight Recorder through %s: %s" % (
             req.get("pid"), req.get("pipe") or "its pipe", "sent" if req.get("ok") else req.get("error")))
+
+
+def _explain_denial(entry: Dict[str, Any], readers: List[ProcReader], pid: int,
+                    host: Dict[str, Any], containers: container.Containers) -> Any:
+    """Say exactly why ptrace of ``pid`` was refused and the runtime's fix (in the entry too)."""
+    rec = next((r.record for r in readers if r.pid == pid), {})
+    names = {"host_pid": (rec.get("ns_pids") or [None])[0]}
+    for c in containers.by_id.values():
+        if pid in c["pids"]:
+            names.update(container=c.get("name"), pod=c.get("pod"), namespace=c.get("namespace"))
+            names["host_pid"] = names["host_pid"] or c.get("init_host_pid")
+    reason, why, fix = container.explain_denial(rec.get("uid"), host, names)
+    entry["denied_reason"] = reason
+    entry["error"] = "%s: %s" % (why, entry.get("error") or "permission denied")
+    entry["remedy"] = fix
+    return entry["error"], fix
 
 
 def _pth_paths_only(sitedir: str, name: str, known_paths: Any) -> Any:

@@ -88,7 +88,8 @@ def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
         ppid = int(st["ppid"]) if st else 0
         # the launcher: the highest Python ancestor (torchrun, mp.spawn, a launcher script)
         top, anc, hops = pid, ppid, 0
-        while anc > 1 and hops < 16:
+        # pid 1 too: in a container's pid namespace the server's launcher is often init
+        while anc > 0 and hops < 16:
             a_argv = procfs.cmdline(anc, proc)
             if not a_argv or anc in own_pids or not pyspy.is_python_process(procfs.exe(anc, proc), a_argv, None):
                 break
@@ -104,7 +105,7 @@ def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
         # walk up: if any ancestor matches, this is not a root
         anc, seen = ppid, 0
         covered = False
-        while anc > 1 and seen < 64:
+        while anc > 0 and seen < 64:  # pid 1 may be the server (a container's init)
             if anc in matches:
                 covered = True
                 break
@@ -253,6 +254,10 @@ class ProcReader:
             "is_torch_distributed": is_torch,
         })
         rec["role"] = _role_of(pid, self.root, argv, name, [], rank, is_torch)
+        # the pid in each pid namespace, outermost first: a container's process has two
+        nspid = [int(w) for w in (fields.get("NSpid") or "").split() if w.isdigit()]
+        if len(nspid) > 1:
+            rec["ns_pids"] = nspid
         self.io_a = procfs.io_counters(pid, proc)
         # stdout/stderr of the root: the server log when --log was not given
         rec["_log_candidates"] = [t for fd, t in procfs.fd_targets(pid, proc) if fd in (1, 2)

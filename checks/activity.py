@@ -3,8 +3,28 @@ log, read bytes, busy GPUs, compiler children."""
 
 from __future__ import annotations
 
+import re
+
 from hangdoctor.checkapi import against, check, cleared, fired, support
 from hangdoctor.evidence.model import MIB, Evidence
+
+# Access-log lines of the requests a probe sends (ours, a load balancer's health checks): the
+# log grows by them while the engine is stuck, so they are no sign of progress.
+_PROBE_LINE = re.compile(r'"(GET|HEAD) /(health|metrics|v1/models|ping|ready|live)?[^ "]* HTTP/[\d.]+"')
+
+
+def _only_probe_lines(log: dict) -> bool:
+    """True when every line the log gained over the window is an access line of a probe."""
+    grew = int(log.get("grew_bytes") or 0)
+    tail = log.get("tail") or []
+    new: list[str] = []
+    size = 0
+    for line in reversed(tail):
+        if size >= grew:
+            break
+        size += len(line.encode("utf-8", "replace")) + 1
+        new.append(line)
+    return bool(new) and size >= grew and all(_PROBE_LINE.search(x) for x in new if x.strip())
 
 
 @check("activity.window", "Movement over the sampling window", needs=["timing", "processes"],
@@ -43,7 +63,7 @@ def activity(ev: Evidence):
     if moved_stacks:
         moving.append(f"stacks of {len(moved_stacks)} process(es) changed")
     log = ev.log_meta
-    if log and log.get("grew_bytes"):
+    if log and log.get("grew_bytes") and not _only_probe_lines(log):
         moving.append(f"the log grew by {log['grew_bytes']} B")
     for g in ev.gpus:
         if g.reading() == "busy":

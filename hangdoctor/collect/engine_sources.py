@@ -62,6 +62,11 @@ def window_end(state: Dict[str, Any], pool: Any) -> None:
     state["t_b"] = time.monotonic()
     if cfg.metrics and state["window_s"] > 0:
         for port, ip in chosen:
+            first = state["futures"].get("a:%d" % port)
+            # a port whose first GET is still waiting, or got no answer, is not asked again:
+            # a blocked front end would hold the probe for a second timeout
+            if first is None or not first.done() or not (_result(first, 0.0) or {}).get("ok"):
+                continue
             state["futures"]["b:%d" % port] = pool.submit(
                 metrics.fetch, port, ip, state["timeout_s"]
             )

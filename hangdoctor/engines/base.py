@@ -74,6 +74,15 @@ class LogRule:
 
 
 @dataclass(frozen=True)
+class DeathRule:
+    """A log line that says an engine process died: its role, and the named group ``title``
+    (the process's title, when the line names it)."""
+
+    role: str
+    pattern: re.Pattern[str]
+
+
+@dataclass(frozen=True)
 class Health:
     """What the engine's health endpoint proves."""
 
@@ -104,6 +113,9 @@ class EngineModel:
     metrics: Metrics
     stats_line: re.Pattern[str] | None = None  # the periodic throughput line
     notes: tuple[str, ...] = field(default_factory=tuple)
+    deaths: tuple[DeathRule, ...] = ()
+    # a log-line prefix that names the process writing it: groups ``title`` and ``pid``
+    log_prefix: re.Pattern[str] | None = None
 
     # ------------------------------------------------------------ roles
     def role_of(self, cmdline: str) -> tuple[str | None, int | None, str | None]:
@@ -144,6 +156,35 @@ class EngineModel:
                     last = (rule.phase, line.strip()[:200])
                     break
         return last
+
+    def deaths_in_log(self, lines: Iterable[str]) -> list[dict[str, Any]]:
+        """Engine processes the log says died: role, title, pid (from the last line that the
+        process itself wrote, when the engine prefixes its lines) and the line."""
+        last_pid: dict[str, int] = {}
+        out: list[dict[str, Any]] = []
+        for line in lines:
+            if self.log_prefix is not None:
+                m = self.log_prefix.search(line)
+                if m:
+                    last_pid[m.group("title")] = int(m.group("pid"))
+            for rule in self.deaths:
+                d = rule.pattern.search(line)
+                if not d:
+                    continue
+                title = d.groupdict().get("title")
+                pid = None
+                want = re.findall(r"\d+", title or "")
+                for known, kpid in last_pid.items():
+                    if self.role_of("VLLM::" + known)[0] != rule.role and \
+                            self.role_of(known)[0] != rule.role:
+                        continue
+                    # "VllmWorker-1" is the process titled Worker_TP1: the same trailing number
+                    if title is None or (want and re.findall(r"\d+", known)[-1:] == want[-1:]):
+                        pid = kpid
+                out.append({"role": rule.role, "title": title, "pid": pid,
+                            "line": line.strip()[:300]})
+                break
+        return out
 
     def is_stats_line(self, line: str) -> bool:
         return bool(self.stats_line and self.stats_line.search(line))

@@ -21,7 +21,16 @@ from __future__ import annotations
 import re
 
 from hangdoctor.engines import base as b
-from hangdoctor.engines.base import EngineModel, FrameRule, Health, LogRule, Metrics, RoleRule, rx
+from hangdoctor.engines.base import (
+    DeathRule,
+    EngineModel,
+    FrameRule,
+    Health,
+    LogRule,
+    Metrics,
+    RoleRule,
+    rx,
+)
 
 _COMPILED_CALL = (("__call__", "_inductor/output_code.py"),)
 
@@ -46,6 +55,17 @@ MODEL = EngineModel(
         RoleRule(b.COMPILE_WORKER, rx(r"torch/_inductor/compile_worker|compile_worker/__main__")),
     ),
     frames=(
+        # Start-up first: the engine core also waits on its workers (collective_rpc) while
+        # they profile, warm up and compile; that is not a step. Measured on the real server.
+        FrameRule(
+            b.WARMING_UP,
+            rx(r"_initialize_kv_caches|determine_available_memory|compile_or_warm_up_model"
+               r"|initialize_from_config|determine_num_available_blocks"),
+            "v1/engine/core.py",
+            roles=(b.ENGINE_CORE,),
+        ),
+        FrameRule(b.LOADING, rx(r"_init_executor|wait_for_ready"),
+                  "v1/executor/multiproc_executor.py", roles=(b.ENGINE_CORE,)),
         # The engine waits for its workers' results: the step is in a worker.
         FrameRule(
             b.WAITING_ON_WORKERS,
@@ -169,7 +189,7 @@ MODEL = EngineModel(
             b.LOADING,
             rx(
                 r"Starting to load model|Loading safetensors checkpoint"
-                r"|Loading weights|Loading model from scratch"
+                r"|Loading model from scratch"
             ),
         ),
         LogRule(
@@ -232,6 +252,15 @@ MODEL = EngineModel(
     ),
     # vLLM logs it every 10 s while requests run and demotes it to debug when idle.
     stats_line=rx(r"Avg prompt throughput: [\d.]+ tokens/s, Avg generation throughput"),
+    # Measured: a killed engine core, then a killed worker, on the real server.
+    deaths=(
+        DeathRule(
+            b.ENGINE_CORE,
+            rx(r"engine core exited unexpectedly|Engine core proc (?P<title>\S+) died unexpectedly"),
+        ),
+        DeathRule(b.WORKER, rx(r"Worker proc (?P<title>\S+) died unexpectedly")),
+    ),
+    log_prefix=rx(r"\((?P<title>EngineCore(?:_DP\d+)?|Worker(?:_\w+)?|APIServer) pid=(?P<pid>\d+)\)"),
     notes=(
         "the stats line is logged every 10 s only while there is work; idle it goes to debug",
         "/metrics is on by default on the API port; its gauges and counters move once per "

@@ -63,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--window", type=float, default=2.0)
     ap.add_argument("--clients", type=int, default=3)
+    ap.add_argument("--states", default="idle,paced load,saturating load",
+                    help="idle, paced load (2 clients, 0.25 s apart), saturating load "
+                         "(--clients back to back)")
     args = ap.parse_args(argv)
     if vllm_harness.vllm_python() is None:
         print("bench_vllm: no .venv-vllm; run bash tests/run-all.sh once", file=sys.stderr)
@@ -75,14 +78,16 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.monotonic()
             ready_s = server.wait_ready()
             print(f"bench_vllm: server ready in {ready_s:.0f} s", file=sys.stderr)
-            for state in ("idle", "under load"):
+            for state in [x.strip() for x in args.states.split(",")]:
                 runs = []
                 for i in range(args.runs):
                     if state == "idle":
                         runs.append(one_run(server, args.window, work))
                     else:
-                        with vllm_harness.Load(server, clients=args.clients, max_tokens=32,
-                                               max_requests=20000, max_s=60.0) as load:
+                        paced = state.startswith("paced")
+                        with vllm_harness.Load(server, clients=2 if paced else args.clients,
+                                               max_tokens=32, max_requests=20000, max_s=60.0,
+                                               pause_s=0.25 if paced else 0.0) as load:
                             time.sleep(1.0)
                             runs.append(one_run(server, args.window, work))
                         if load.errors:
@@ -97,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}; {os.cpu_count()} cores; "
         f"load average {os.getloadavg()[0]:.2f}; medians of {args.runs} runs; "
-        f"under load: {args.clients} clients sending completions (32 tokens) in a loop; "
+        f"paced load: 2 clients, a completion of 32 tokens each every 0.25 s; saturating load: "
+        f"{args.clients} clients back to back (both cores busy); "
         f"{total_s:.0f} s in all.",
         "",
         "| server | slowest dump (s) | floor (s) | wall (s) | wall / floor | "

@@ -123,7 +123,8 @@ def assess(ev: Evidence) -> dict[str, Any] | None:
     if in_step_moving:
         progress.append(f"{len(in_step_moving)} worker(s) moved through the step")
     if stuck and not in_step_moving:
-        in_flight.append("; ".join(_describe(w) for w in stuck[:3]))
+        # first: the findings lead with the process the step waits on
+        in_flight.insert(0, "; ".join(_describe(w) for w in stuck[:3]))
         # the one the others wait for: a stopped rank, else one outside the collective
         odd = (
             [w for w in stuck if w.stopped]

@@ -264,7 +264,8 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
         # At the lowest CPU priority: this work can wait, and on the diagnosed host the server
         # and the probe's py-spy dumps must not share their CPUs with it.
         with contextlib.suppress(AttributeError, OSError):
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), 19)
+            warm["tid"] = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, warm["tid"], 19)
         window = kw.get("window")
         time.sleep(min(0.3, float(2.0 if window is None else window) / 4))
         try:
@@ -285,6 +286,12 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     warmer = threading.Thread(target=warm_up, name="hd-warm-up", daemon=True)
     warmer.start()
     results = _collect(list(hosts), list(kw.get("pids") or []), kw.get("hosts_file"), kw, probes_started)
+    if warmer.is_alive() and "tid" in warm:
+        # issue 13: the window is over and the warm-up is now what we wait for; at nice 19 on
+        # a saturated host (a vLLM under load) it took seconds. Back to our own priority
+        # (root may; elsewhere the kernel refuses and it stays where it was).
+        with contextlib.suppress(AttributeError, OSError):
+            os.setpriority(os.PRIO_PROCESS, warm["tid"], os.getpriority(os.PRIO_PROCESS, 0))
     warmer.join()
     if "error" in warm:
         raise warm["error"]

@@ -381,17 +381,19 @@ def _kill_all() -> None:
 
 class Load:
     """A steady load of concurrent clients: ``clients`` threads, each sending completions one
-    after another to 127.0.0.1 until stopped, at most ``max_requests`` each and ``max_s``."""
+    after another to 127.0.0.1 (``pause_s`` apart) until stopped, at most ``max_requests``
+    each and ``max_s``."""
 
     def __init__(
         self,
         server: VllmServer,
         clients: int = 3,
         max_tokens: int = 24,
-        max_requests: int = 200,
-        max_s: float = 120.0,
+        max_requests: int = 2000,
+        max_s: float = 60.0,
+        pause_s: float = 0.0,
     ) -> None:
-        self.server, self.max_tokens = server, max_tokens
+        self.server, self.max_tokens, self.pause_s = server, max_tokens, pause_s
         self.max_requests, self.max_s = max_requests, max_s
         self.done = 0
         self.errors: list[str] = []
@@ -408,6 +410,8 @@ class Load:
                 self.server.complete(max_tokens=self.max_tokens, timeout_s=60.0)
                 with self._lock:
                     self.done += 1
+                if self.pause_s:
+                    self._stop.wait(self.pause_s)
             except Exception as exc:  # recorded; the test asserts on it
                 with self._lock:
                     self.errors.append(str(exc)[:200])

@@ -42,6 +42,7 @@ def start(
     except Exception as exc:  # a socket table we cannot read must not stop the probe
         state["conns_a"] = {"source": "failed", "connections": [], "note": str(exc)}
     state["conns_a"]["duration_s"] = round(time.monotonic() - t0, 4)
+    state["t_a"] = time.monotonic()
     if cfg.metrics:
         for port, ip in chosen:
             state["futures"]["a:%d" % port] = pool.submit(
@@ -60,6 +61,7 @@ def window_end(state: Dict[str, Any], pool: Any) -> None:
     except Exception as exc:
         state["conns_b"] = {"source": "failed", "connections": [], "note": str(exc)}
     state["t_b"] = time.monotonic()
+    state["conn_window_s"] = round(state["t_b"] - state["t_a"], 3)
     if cfg.metrics and state["window_s"] > 0:
         for port, ip in chosen:
             first = state["futures"].get("a:%d" % port)
@@ -93,6 +95,8 @@ def finish(state: Dict[str, Any], snap: Dict[str, Any], man: Any, deadline: floa
         "window_s": state["window_s"],
         "connections_start": state.get("conns_a"),
         "connections_end": state.get("conns_b"),
+        # the time between the two socket-table reads (the second overlaps the last dumps)
+        "connections_window_s": state.get("conn_window_s"),
         "metrics": {},
     }  # type: Dict[str, Any]
     n_ok = 0

@@ -266,6 +266,9 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             futures["dumpB:%d" % r.pid] = pool.submit(
                 pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(st_now["state"]),
                 native=False, with_locals=False, sudo=cfg.sudo)
+    # the second engine-progress sample overlaps the second round of dumps: its GET /metrics
+    # then costs the window nothing
+    engine_sources.window_end(progress, pool)
     time.sleep(max(0.0, min(window_end - time.monotonic(), hard_deadline - time.monotonic())))
     t_window_end = time.monotonic()
     # --window 0: one sample, nothing compared over time (window_s 0, no deltas), as a person
@@ -279,7 +282,6 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             r.record.setdefault("exit_info", "unreadable at window end: %s" % exc)
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
     _log_finish(snap, log_a, log_path, man)
-    engine_sources.window_end(progress, pool)
 
     # gather, within the deadline
     results = {}  # type: Dict[str, Any]

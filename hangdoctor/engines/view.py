@@ -248,7 +248,7 @@ class EngineView:
             a = raw.get("connections_start") or {}
             z = raw.get("connections_end") or {}
             source = z.get("source") or a.get("source") or source
-            window_ms = float(raw.get("window_s") or 0) * 1000.0
+            window_ms = float(raw.get("connections_window_s") or raw.get("window_s") or 0) * 1000.0
             start_peers = {c.get("peer") for c in a.get("connections") or []}
             for c in z.get("connections") or []:
                 state = in_flight(c, window_ms)

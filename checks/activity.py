@@ -4,6 +4,7 @@ log, read bytes, busy GPUs, compiler children."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from hangdoctor.checkapi import against, check, cleared, fired, support
 from hangdoctor.evidence.model import MIB, Evidence
@@ -13,8 +14,10 @@ from hangdoctor.evidence.model import MIB, Evidence
 _PROBE_LINE = re.compile(r'"(GET|HEAD) /(health|metrics|v1/models|ping|ready|live)?[^ "]* HTTP/[\d.]+"')
 
 
-def _only_probe_lines(log: dict) -> bool:
-    """True when every line the log gained over the window is an access line of a probe."""
+def _only_probe_lines(log: dict, engine: Any = None) -> bool:
+    """True when every line the log gained over the window is an access line of a probe, or
+    the engine's periodic stats line (vLLM writes it every 10 s, stuck or not: a stuck step
+    was seen to log "Running: 0 reqs" with the last interval's throughput)."""
     grew = int(log.get("grew_bytes") or 0)
     tail = log.get("tail") or []
     new: list[str] = []
@@ -24,7 +27,9 @@ def _only_probe_lines(log: dict) -> bool:
             break
         size += len(line.encode("utf-8", "replace")) + 1
         new.append(line)
-    return bool(new) and size >= grew and all(_PROBE_LINE.search(x) for x in new if x.strip())
+    periodic = engine.is_stats_line if engine is not None else (lambda _line: False)
+    return bool(new) and size >= grew and all(
+        _PROBE_LINE.search(x) or periodic(x) for x in new if x.strip())
 
 
 @check("activity.window", "Movement over the sampling window", needs=["timing", "processes"],
@@ -63,7 +68,7 @@ def activity(ev: Evidence):
     if moved_stacks:
         moving.append(f"stacks of {len(moved_stacks)} process(es) changed")
     log = ev.log_meta
-    if log and log.get("grew_bytes") and not _only_probe_lines(log):
+    if log and log.get("grew_bytes") and not _only_probe_lines(log, ev.engine.model):
         moving.append(f"the log grew by {log['grew_bytes']} B")
     for g in ev.gpus:
         if g.reading() == "busy":

@@ -125,10 +125,12 @@ def assess(ev: Evidence) -> dict[str, Any] | None:
     if stuck and not in_step_moving:
         # first: the findings lead with the process the step waits on
         in_flight.insert(0, "; ".join(_describe(w) for w in stuck[:3]))
-        # the one the others wait for: a stopped rank, else one outside the collective
+        # the one the others wait for: a stopped rank, else one that is not waiting in (or
+        # spinning at) the step's collective
+        waiters = {w.pid for w in view.collective_waiters()}
         odd = (
             [w for w in stuck if w.stopped]
-            or [w for w in stuck if w.phase != b.IN_COLLECTIVE]
+            or [w for w in stuck if w.phase != b.IN_COLLECTIVE and w.pid not in waiters]
             or stuck
         )
         named = odd
@@ -238,8 +240,10 @@ def assess(ev: Evidence) -> dict[str, Any] | None:
             reason=f"serving, moving over {window:.1f} s: " + "; ".join(progress[:3]),
         )
         return facts
-    if not ev.has("engine_progress") and not view.engine_cores and not view.workers:
-        facts.update(state="unknown", reason="no engine processes and no progress data")
+    if not ev.has("engine_progress") and not engine_idle:
+        # nothing measured from outside and no idle stacks to go by: say so, claim nothing
+        facts.update(state="unknown", reason="no progress data (/metrics, client connections) "
+                     "and no engine stacks idle in both samples")
         return facts
     cores_idle = [c for c in view.engine_cores + view.workers if c.phase == b.IDLE]
     idle_txt = f"; {len(cores_idle)} engine process(es) waiting for requests" if cores_idle else ""

@@ -5,7 +5,8 @@
 #
 # Phases: system packages (openssh-server, chromium; skipped when present), .venv (created when
 # missing), the package with its test extras plus torch==2.13.0 (skipped when pyproject.toml is
-# unchanged since the last install), then pytest. Each phase's time goes to stderr.
+# unchanged since the last install), a real vLLM in .venv-vllm for the server-side tests (skipped
+# while its stamp matches), then pytest. Each phase's time goes to stderr.
 # pytest's "no tests collected" (exit 5) counts as a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."

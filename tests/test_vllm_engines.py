@@ -285,3 +285,33 @@ def test_engine_verdict() -> None:
     assert engine_verdict({"engine": {"state": "moving", "reason": "x"}, "answering": False}) is None
     assert engine_verdict({"engine": {"state": "dead", "reason": "lost"}})[0] == "dead"
     assert engine_verdict({}) is None
+
+
+def test_the_rank_stuck_in_user_code_is_named_not_its_spinning_peer() -> None:
+    """TP=2 recorded with rank 1 stopped, rewritten so that rank 1 is running (not stopped)
+    but parked in user code: the peer spinning in the compiled graph is not the one named."""
+    import copy
+    from pathlib import Path
+
+    from hangdoctor.triage.analyze import analyze
+
+    snap = json.loads((Path(__file__).parent / "fixtures" / "snapshots" /
+                       "vllm-tp2-rank-stopped.json").read_text())
+    snap = copy.deepcopy(snap)
+    tp1 = next(p for p in snap["processes"] if (p.get("cmdline") or [""])[0] == "VLLM::Worker_TP1")
+    tp1["status"] = tp1["status_end"] = "S"
+    user_code = [{"name": "_wait_while", "short_filename": "my_plugin.py", "line": 28},
+                 {"name": "FlagLogitsProcessor.apply", "short_filename": "my_plugin.py", "line": 48},
+                 {"name": "GPUModelRunner.sample_tokens",
+                  "short_filename": "vllm/v1/worker/gpu_model_runner.py", "line": 4340},
+                 {"name": "WorkerProc.worker_busy_loop",
+                  "short_filename": "vllm/v1/executor/multiproc_executor.py", "line": 1041}]
+    for sample in snap["stacks"][str(tp1["pid"])]["samples"]:
+        for t in sample["threads"]:
+            if t["name"] == "MainThread":
+                t["frames"] = copy.deepcopy(user_code)
+    a = analyze([snap])
+    assert a["verdict"] == "hung"
+    top = a["causes"][0]
+    assert top["id"] == "nccl-desync", [(c["id"], c["score"]) for c in a["causes"]]
+    assert [o["pid"] for o in top["odd_ones_out"]] == [tp1["pid"]]

@@ -54,6 +54,7 @@ def test_recorded_vllm_snapshot(name: str, verdict: str, cause: str | None,
         return
     top = a["causes"][0]
     assert top["id"] == cause, [(c["id"], c["score"]) for c in a["causes"]]
+    assert top["score"] >= 0.5, top  # stated with confidence, not merely ranked first
     if named:
         pid = pid_titled(snap, named)
         assert any(o.get("pid") == pid for o in top["odd_ones_out"]) or \

@@ -174,7 +174,14 @@ class EngineView:
             spinning = (w.phase == b.STEP and w.same_phase and w.moved is False
                         and window > 0 and (w.cpu_delta_s or 0.0) >= 0.25 * window)  # spins: 0.86 s of 2 s measured on 2 shared cores
             others = [o for o in workers if o is not w]
-            peer_away = any(o.stopped or o.phase not in (b.STEP, b.IN_COLLECTIVE) for o in others)
+            # a peer that is stopped, out of the step, or parked in it without CPU (user code,
+            # a blocking call) while this one burns CPU: this one waits for it
+            peer_away = any(
+                o.stopped
+                or o.phase not in (b.STEP, b.IN_COLLECTIVE)
+                or (o.moved is False and (o.cpu_delta_s or 0.0) < 0.1 * window)
+                for o in others
+            )
             if spinning and peer_away:
                 out.append(w)
         return out

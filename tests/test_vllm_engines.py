@@ -315,3 +315,51 @@ def test_the_rank_stuck_in_user_code_is_named_not_its_spinning_peer() -> None:
     top = a["causes"][0]
     assert top["id"] == "nccl-desync", [(c["id"], c["score"]) for c in a["causes"]]
     assert [o["pid"] for o in top["odd_ones_out"]] == [tp1["pid"]]
+
+
+def _fixture(name: str) -> dict[str, Any]:
+    from pathlib import Path
+
+    return json.loads((Path(__file__).parent / "fixtures" / "snapshots" / f"vllm-{name}.json")
+                      .read_text())
+
+
+def test_a_health_check_that_runs_no_step_does_not_speak_for_the_step() -> None:
+    """port.health: vLLM's 200 still rules out start-up causes, never a stuck step; for an
+    engine whose /health generates (SGLang) the 200 does speak against it."""
+    from hangdoctor.checkapi.registry import builtin_checks
+    from hangdoctor.evidence.model import Evidence
+
+    port_health = next(c for c in builtin_checks() if c.id == "port.health")
+    snap = _fixture("stuck-step")
+    against = {s.cause for s in port_health(Evidence([snap])).signals if s.weight < 0}
+    assert "post-load-deadlock" in against and "request-deadlock" not in against
+    for p in snap["processes"]:  # the same tree, titled as SGLang's
+        argv = p.get("cmdline") or []
+        if argv and "vllm.entrypoints.openai.api_server" in argv:
+            p["cmdline"] = ["python3", "-m", "sglang.launch_server", "--model-path", "m"]
+        elif argv and argv[0].startswith("VLLM::"):
+            p["cmdline"] = ["sglang::scheduler_TP0"]
+    against = {s.cause for s in port_health(Evidence([snap])).signals if s.weight < 0}
+    assert "request-deadlock" in against
+
+
+def test_probe_requests_and_stats_lines_in_the_log_are_not_movement() -> None:
+    from hangdoctor.checks.activity import _only_probe_lines
+
+    from hangdoctor.engines import BY_NAME
+
+    probe = ['INFO:     127.0.0.1:1 - "GET /health HTTP/1.0" 200 OK',
+             'INFO:     127.0.0.1:2 - "GET /metrics HTTP/1.0" 200 OK']
+    stats = ("(APIServer pid=1) INFO [loggers.py:335] Engine 000: Avg prompt throughput: 4.2 "
+             "tokens/s, Avg generation throughput: 48.3 tokens/s, Running: 0 reqs")
+    work = 'INFO:     127.0.0.1:3 - "POST /v1/completions HTTP/1.1" 200 OK'
+
+    def log(lines: list[str]) -> dict[str, Any]:
+        return {"tail": ["older line"] + lines,
+                "grew_bytes": sum(len(x) + 1 for x in lines)}
+
+    assert _only_probe_lines(log(probe))
+    assert _only_probe_lines(log(probe + [stats]), BY_NAME["vllm"])
+    assert not _only_probe_lines(log(probe + [stats]))  # no engine model: a line is a line
+    assert not _only_probe_lines(log(probe + [work]), BY_NAME["vllm"])

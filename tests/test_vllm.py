@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import pytest
 import vllm_harness
@@ -109,7 +109,7 @@ def engine_facts(a: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def shared(vllm_servers: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def shared(vllm_servers: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The shared TP=1 server, diagnosed once while it starts (its worker exists: loading,
     warming up, compiling), then waited for until it serves."""
     server = vllm_servers("shared")
@@ -118,7 +118,8 @@ def shared(vllm_servers: Any, tmp_path_factory: pytest.TempPathFactory) -> dict[
     time.sleep(3.0)  # into the loader and the warm-up, past process creation
     starting = diagnose(server, tmp, "starting")
     server.wait_ready()
-    return {"server": server, "starting": starting, "worker_at_start": worker, "tmp": tmp}
+    yield {"server": server, "starting": starting, "worker_at_start": worker, "tmp": tmp}
+    server.stop()  # not left running for the modules after this one (they discover servers)
 
 
 def test_starting_up_is_never_hung(shared: dict[str, Any]) -> None:
@@ -237,6 +238,13 @@ def test_engine_core_died(shared: dict[str, Any]) -> None:
 
 def test_tp2_one_rank_stopped_while_its_peer_spins(vllm_servers: Any, tmp_path: Path) -> None:
     server = vllm_servers("tp2", tp=2)
+    try:
+        _tp2(server, tmp_path)
+    finally:
+        server.stop()
+
+
+def _tp2(server: VllmServer, tmp_path: Path) -> None:
     server.wait_ready()
     tp1 = server.pid_of("VLLM::Worker_TP1")
     tp0 = server.pid_of("VLLM::Worker_TP0")
@@ -259,6 +267,13 @@ def test_tp2_one_rank_stopped_while_its_peer_spins(vllm_servers: Any, tmp_path: 
 def test_weights_that_never_arrive(vllm_servers: Any, tmp_path: Path) -> None:
     model = vllm_harness.fifo_model_dir(tmp_path / "model")
     server = vllm_servers("fifo", model_dir=model)
+    try:
+        _fifo(server, tmp_path)
+    finally:
+        server.stop()
+
+
+def _fifo(server: VllmServer, tmp_path: Path) -> None:
     worker = server.wait_for_process("VLLM::Worker", timeout_s=vllm_harness.READY_TIMEOUT_S)
     deadline = time.monotonic() + vllm_harness.READY_TIMEOUT_S
     while "Loading safetensors checkpoint shards" not in server.log_tail(20):
@@ -270,4 +285,3 @@ def test_weights_that_never_arrive(vllm_servers: Any, tmp_path: Path) -> None:
     c = first_cause(a)
     assert c["id"] == "io-stall", [(x["id"], x["score"]) for x in a["causes"]]
     assert names_pid(a, worker), c
-    server.stop()

@@ -25,6 +25,9 @@ CASES = [
     ("loop-blocked", "hung", "frontend-hang", "vllm.entrypoints.openai.api_server"),
     ("stuck-step", "hung", "request-deadlock", "VLLM::Worker"),
     ("stuck-step-canary", "hung", "request-deadlock", "VLLM::Worker"),
+    # the API server's metrics thread answered our own GET /metrics during the last dumps:
+    # its stack moved, the engine's did not
+    ("stuck-step-api-moved", "hung", "request-deadlock", "VLLM::Worker"),
     ("tp2-rank-stopped", "hung", "nccl-desync", "VLLM::Worker_TP1"),
     ("weights-never-arrive", "hung", "io-stall", "VLLM::Worker"),
     ("engine-died", "dead", "rank-died", None),

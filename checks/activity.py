@@ -3,8 +3,47 @@ log, read bytes, busy GPUs, compiler children."""
 
 from __future__ import annotations
 
+import re
+from typing import Any
+
 from hangdoctor.checkapi import against, check, cleared, fired, support
+from hangdoctor.engines import base as eb
 from hangdoctor.evidence.model import MIB, Evidence
+from hangdoctor.evidence.stacks import pick_main
+
+# Access-log lines of the requests a probe sends (ours, a load balancer's health checks): the
+# log grows by them while the engine is stuck, so they are no sign of progress.
+_PROBE_LINE = re.compile(r'"(GET|HEAD) /(health|metrics|v1/models|ping|ready|live)?[^ "]* HTTP/[\d.]+"')
+
+
+def _only_probe_lines(log: dict, engine: Any = None) -> bool:
+    """True when every line the log gained over the window is an access line of a probe, or
+    the engine's periodic stats line (vLLM writes it every 10 s, stuck or not: a stuck step
+    was seen to log "Running: 0 reqs" with the last interval's throughput)."""
+    grew = int(log.get("grew_bytes") or 0)
+    tail = log.get("tail") or []
+    new: list[str] = []
+    size = 0
+    for line in reversed(tail):
+        if size >= grew:
+            break
+        size += len(line.encode("utf-8", "replace")) + 1
+        new.append(line)
+    periodic = engine.is_stats_line if engine is not None else (lambda _line: False)
+    return bool(new) and size >= grew and all(
+        _PROBE_LINE.search(x) or periodic(x) for x in new if x.strip())
+
+
+def _answering_probes(ev: Evidence, host: str, pid: int, ps: Any) -> bool:
+    """An engine's API server whose main thread (the event loop) did not move: its other
+    threads moved answering requests, ours among them (the /metrics GET at the window's end
+    runs in its worker thread), which is no sign that the engine progresses."""
+    view = ev.engine
+    ep = view.find(host, pid) if view.model is not None else None
+    if ep is None or ep.role != eb.API_SERVER or len(ps.samples) < 2:
+        return False
+    first, last = pick_main(ps.samples[0], pid), pick_main(ps.samples[-1], pid)
+    return first is not None and last is not None and first.signature == last.signature
 
 
 @check("activity.window", "Movement over the sampling window", needs=["timing", "processes"],
@@ -39,11 +78,12 @@ def activity(ev: Evidence):
                 moving.append(f"{p.label} used {cpu:.2f} s CPU")
         if (p.read_bytes_delta or 0) > 16 * MIB:
             moving.append(f"{p.label} read {p.read_bytes_delta / MIB:.0f} MiB")
-    moved_stacks = [pid for (h, pid), ps in ev.stacks.items() if ps.ok and ps.moved]
+    moved_stacks = [pid for (h, pid), ps in ev.stacks.items()
+                    if ps.ok and ps.moved and not _answering_probes(ev, h, pid, ps)]
     if moved_stacks:
         moving.append(f"stacks of {len(moved_stacks)} process(es) changed")
     log = ev.log_meta
-    if log and log.get("grew_bytes"):
+    if log and log.get("grew_bytes") and not _only_probe_lines(log, ev.engine.model):
         moving.append(f"the log grew by {log['grew_bytes']} B")
     for g in ev.gpus:
         if g.reading() == "busy":

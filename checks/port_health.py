@@ -9,6 +9,9 @@ _NOT_HANG = ("post-load-deadlock", 0.95), ("rendezvous-stall", 0.9), ("nccl-tran
     ("io-stall", 0.9), ("cuda-graph-capture", 0.9), ("lock-contention", 0.8), ("gpu-kernel-spin", 0.6), \
     ("compile-in-progress", 0.8), ("nccl-desync", 0.5), ("rank-died", 0.4), ("gpu-oom", 0.6), \
     ("host-oom-or-swap", 0.4), ("shm-exhausted", 0.6), ("request-deadlock", 0.5)
+# Causes that strike inside a step, after start-up: a health endpoint that does not run a step
+# (vLLM's, TensorRT-LLM's: the engine model says) cannot speak against them.
+_IN_STEP = frozenset({"nccl-desync", "rank-died", "gpu-kernel-spin", "request-deadlock"})
 
 
 @check("port.health", "Listening port and health endpoint", needs=["http"],
@@ -18,7 +21,9 @@ def port_health(ev: Evidence):
     ``/v1/models``, ``/``). An answering port means the server is up: an idle healthy server
     looks like a deadlock from inside (workers parked on queues, CPU and GPU idle), and the
     answer is what tells them apart. A port that listens but does not answer in time points
-    at the front end.
+    at the front end. What an answer proves depends on the engine (its model says): vLLM's
+    ``/health`` only says the engine is not known dead, so it speaks against start-up causes
+    but not against a step stuck in a worker or a collective.
 
     Confirm by hand: ss -ltnp | grep PID; curl -m 5 -sv http://127.0.0.1:PORT/health
     """
@@ -30,8 +35,13 @@ def port_health(ev: Evidence):
     if ok:
         h = ok[0]
         text = f"{h.get('url')} answered {h.get('code')} in {h.get('latency_s') or 0:.3f} s"
-        signals = [against(c, w, f"the server answers: {text}") for c, w in _NOT_HANG]
+        model = ev.engine.model
+        blind = model is not None and not model.health.proves_generation
+        signals = [against(c, w, f"the server answers: {text}") for c, w in _NOT_HANG
+                   if not (blind and c in _IN_STEP)]
         signals.append(against("frontend-hang", 0.9, f"the front end answers: {text}"))
+        if blind:
+            text += f" ({model.title}'s health endpoint does not run a step)"
         return cleared(text, *signals, facts={"answering": True, "answering_reason": f"the server answers: {text}"})
     timeouts = [h for h in probes if h.get("error") and ("no answer" in h["error"] or "timed out" in h["error"])]
     codes = [h for h in probes if h.get("code") is not None]

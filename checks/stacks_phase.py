@@ -4,7 +4,8 @@ file locks, compilation."""
 from __future__ import annotations
 
 from hangdoctor.checkapi import against, check, cleared, fired, support
-from hangdoctor.evidence.model import Evidence
+from hangdoctor.engines import base as eb
+from hangdoctor.evidence.model import MIB, Evidence
 
 _PHASES = {
     "rendezvous": ("rendezvous-stall", 0.55, "in process-group rendezvous"),
@@ -55,6 +56,7 @@ def stacks_phase(ev: Evidence):
             if moved:
                 w = 0.55
         signals.append(support(cause, w, text, [f"pid:{pid}" for _, pid, _ in items]))
+    signals.extend(_engine_phases(ev))
     if signals:
         signals.sort(key=lambda s: -s.weight)
         return fired(signals[0].text, *signals)
@@ -62,3 +64,36 @@ def stacks_phase(ev: Evidence):
                    against("rendezvous-stall", 0.5, "no process is in process-group rendezvous"),
                    against("lock-contention", 0.3, "no stack waits on a file lock"),
                    against("cuda-graph-capture", 0.3, "no stack is in CUDA graph capture"))
+
+
+def _engine_phases(ev: Evidence) -> list:
+    """Start-up phases as the engine model reads them (vLLM's loader, warm-up, compile, graph
+    capture), judged over the window: a process that spent the whole window in its loader,
+    unchanged, without CPU or bytes read, waits for weights that do not arrive."""
+    view = ev.engine
+    if view.model is None or not ev.has_timing:
+        return []
+    window = ev.window_s or 1.0
+    out = []
+    for p in view.procs:
+        if not p.stack_ok or p.phase not in eb.START_UP_PHASES or not p.same_phase:
+            continue
+        cpu = p.cpu_delta_s or 0.0
+        read = p.proc.read_bytes_delta or 0
+        still = p.moved is False and cpu < 0.2 * window and read < MIB
+        where = p.innermost or p.phase_detail
+        if p.phase == eb.LOADING and still:
+            wchan = p.proc.wchan or ""
+            how = f", wchan {wchan}" if wchan else ""
+            out.append(support(
+                "io-stall", 0.6,
+                f"weights never arrive: {p.label} spent the whole window loading at {where}, "
+                f"{cpu:.2f} s CPU, {read >> 10} KiB read{how}", [f"pid:{p.pid}"]))
+        elif p.phase == eb.CAPTURING_GRAPHS and still:
+            out.append(support("cuda-graph-capture", 0.5,
+                               f"{p.label} stuck in graph capture at {where}", [f"pid:{p.pid}"]))
+        elif p.phase == eb.COMPILING and not still:
+            out.append(support("compile-in-progress", 0.5,
+                               f"{p.label} is compiling at {where} ({cpu:.2f} s CPU)",
+                               [f"pid:{p.pid}"]))
+    return out

@@ -363,6 +363,9 @@ def _collect(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str, 
             nccl_ras=not opts.get("no_nccl_ras", False),
             fr_dump=opts.get("fr_dump", False),
             host_name=t.name,
+            # issue 13: the opt-in canary; the key only ever goes in its request header
+            probe_generate=bool(opts.get("probe_generate")),
+            api_key=opts.get("api_key") or None,
         )
 
     return asyncio.run(multi.collect_all(targets, config_for, opts["deadline"], all_started))
@@ -440,6 +443,11 @@ def _diagnose_options(f: Any) -> Any:
         click.option("--ssh-option", multiple=True, help="SSH option as Key=Value (e.g. Port=2222, User=ops)"),
         click.option("--ssh-config", type=click.Path(dir_okay=False), default=None, help="OpenSSH client config (default ~/.ssh/config)"),
         click.option("--known-hosts", type=click.Path(dir_okay=False), default=None, help="known_hosts file (default ~/.ssh/known_hosts)"),
+        # issue 13: engine progress
+        click.option("--probe-generate", is_flag=True,
+                     help="send one 1-token completion after the window (model from /v1/models); off by default"),
+        click.option("--api-key", envvar="HANGDOCTOR_API_KEY", default=None, show_envvar=True,
+                     help="API key for --probe-generate (never written to reports)"),
     ]
     for o in reversed(opts):
         f = o(f)

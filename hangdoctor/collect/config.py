@@ -35,6 +35,13 @@ _DEFAULTS = (
     # The probe runs under `python3 -S` (SSH): site-packages (pynvml, psutil) are added in a
     # thread while the window runs, not before it starts.
     ("late_site", False),
+    # Engine progress: GET /metrics at both ends of the window (read-only, like /health).
+    ("metrics", True),
+    # --probe-generate: one 1-token completion after the window (opt-in; it makes the engine
+    # work). The key goes in the request header only, never into the snapshot.
+    ("probe_generate", False),
+    ("api_key", None),
+    ("generate_timeout_s", 5.0),
     # Paths below exist so tests and fault injection can point the probe elsewhere.
     ("proc_root", "/proc"),
     ("shm_path", "/dev/shm"),
@@ -69,6 +76,10 @@ class ProbeConfig:
     max_dump_concurrency: int
     host_name: str
     late_site: bool
+    metrics: bool
+    probe_generate: bool
+    api_key: Optional[str]
+    generate_timeout_s: float
     proc_root: str
     shm_path: str
     env_prefixes: List[str]
@@ -84,7 +95,9 @@ class ProbeConfig:
         return isinstance(other, ProbeConfig) and self.to_dict() == other.to_dict()
 
     def __repr__(self) -> str:
-        return "ProbeConfig(%s)" % ", ".join("%s=%r" % (k, getattr(self, k)) for k in FIELDS)
+        return "ProbeConfig(%s)" % ", ".join(
+            "%s=%r" % (k, "***" if k == "api_key" and self.api_key else getattr(self, k))
+            for k in FIELDS)
 
     def to_dict(self) -> Dict[str, Any]:
         return {name: copy.deepcopy(getattr(self, name)) for name in FIELDS}

@@ -22,7 +22,7 @@ import threading
 import time
 
 from hangdoctor import redact
-from hangdoctor.collect import container, locks, procfs, pyspy, sources
+from hangdoctor.collect import container, engine_sources, locks, procfs, pyspy, sources
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.collect.processes import ProcReader, discover
 
@@ -272,6 +272,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         r.attach_listen(listen_map)
     ports, skipped_ports = sources.ports_to_probe(readers, cfg.ports)
     http_timeout = max(1.0, min(5.0, window_s if window_s > 0 else 2.0))
+    # engine progress (requests in flight, /metrics): the first sample, before our own probes
+    progress = engine_sources.start(cfg, ports, pool, http_timeout, window_s)
     for port, ip in sorted(ports.items())[:16]:
         futures["http:%d" % port] = pool.submit(sources.http_probe, port, ip, http_timeout)
     if cfg.kernel_log:
@@ -311,6 +313,9 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             futures["dumpB:%d" % r.pid] = pool.submit(
                 pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(st_now["state"]),
                 native=False, with_locals=False, sudo=cfg.sudo)
+    # the second engine-progress sample overlaps the second round of dumps: its GET /metrics
+    # then costs the window nothing
+    engine_sources.window_end(progress, pool)
     time.sleep(max(0.0, min(window_end - time.monotonic(), hard_deadline - time.monotonic())))
     t_window_end = time.monotonic()
     # --window 0: one sample, nothing compared over time (window_s 0, no deltas), as a person
@@ -399,6 +404,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
 
     if nccl_c is not None:
         _nccl_record(snap, man, results.get("ncclB"), cfg)
+    engine_sources.finish(progress, snap, man, hard_deadline)
 
     # kernel log
     if cfg.kernel_log:

@@ -19,7 +19,7 @@ GIB = 1024 * MIB
 # Evidence names a check can declare in ``needs``.
 SOURCES = (
     "processes", "stacks", "gpus", "log", "kernel_log", "http", "host_memory", "shm", "timing",
-    "env", "nccl", "nccl_ras", "flight_recorder",
+    "env", "nccl", "nccl_ras", "flight_recorder", "engine_progress",
 )
 
 
@@ -216,6 +216,9 @@ class Evidence:
             return bool(self.nccl.ras_answers)
         if source == "flight_recorder":
             return bool(self.nccl.fr_ranks)
+        if source == "engine_progress":  # /metrics and client connections of the API port
+            return self.origin == "live" and any(
+                (s.get("engine_progress") or {}).get("ports") for s in self.snapshots)
         return False
 
     @cached_property
@@ -309,6 +312,13 @@ class Evidence:
                 gpu=g[0] if g else None, gpu_mem_mib=g[1] if g else None,
             ))
         return out
+
+    @cached_property
+    def engine(self) -> Any:
+        """The engine model's view (hangdoctor.engines): roles, phases, progress signals."""
+        from hangdoctor.engines.view import EngineView
+
+        return EngineView(self)
 
     @cached_property
     def log(self) -> Any:

@@ -188,8 +188,10 @@ def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
             return "graph-capture", f.short
         if not f.native and f.bare in ("capture_model", "capture", "warmup_model") and "graph" in f.file.lower():
             return "graph-capture", f.short
-    for f in frames:
+    for i, f in enumerate(frames):
         if not f.native and _in(f.file, _COMPILE_FILES):
+            if _runs_compiled(frames[: i + 1]):
+                break  # running what torch.compile produced is not compiling
             return "compile", f.short
     # Innermost decides the rest.
     for f in frames:
@@ -225,6 +227,14 @@ def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
     if _SYNC_PY.match(inner.bare) and "torch" in inner.file:
         return "cuda-sync", inner.short
     return ("running" if active else "unknown"), inner.short
+
+
+def _runs_compiled(frames: list[Frame]) -> bool:
+    """True when the thread runs torch.compile's output (``CompiledFxGraph.__call__`` in
+    ``torch/_inductor/output_code.py``) at or inside these frames. Seen on a real vLLM: a rank
+    running its compiled graph was read as compiling and the server called healthy."""
+    return any(not f.native and f.bare == "__call__" and f.file.endswith("_inductor/output_code.py")
+               for f in frames)
 
 
 def build_proc_stack(pid: int, entry: dict[str, Any]) -> ProcStack:

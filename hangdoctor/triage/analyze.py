@@ -174,6 +174,13 @@ def decide_verdict(ev: Evidence, facts: dict[str, Any], causes: list[dict[str, A
                                 + ", ".join(sorted({(s.get('host') or {}).get('name', '?') for s in ev.snapshots})))
     if facts.get("dead"):
         return "dead", facts.get("dead_reason") or "the server's root process is gone or a zombie"
+    # --- engine progress (issue 13): work in flight without progress is hung, /health or not
+    from hangdoctor.triage.engine_verdict import engine_verdict
+
+    by_engine = engine_verdict(facts)
+    if by_engine is not None:
+        return by_engine
+    # --- end engine progress
     strong_hang = top is not None and top["score"] >= 0.5 and CAUSES.get(top["id"], None) is not None and CAUSES[top["id"]].hang
     if facts.get("answering") and not (strong_hang and top["id"] in ("frontend-hang", "request-deadlock", "nccl-desync", "rank-died", "gpu-fault")):
         return "healthy", facts.get("answering_reason") or "the server answers its health endpoint"
@@ -533,6 +540,10 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         "read-only: /proc reads, NVML queries and an HTTP GET of the server's own port; no process was paused"
     if ev.origin == "pasted":
         intrusion = "none: analysis of pasted evidence"
+    else:  # issue 13: the /metrics GETs, and whether the opt-in canary was sent
+        from hangdoctor.triage.engine_verdict import intrusion_note
+
+        intrusion += intrusion_note(ev)
 
     return {
         "analysis_version": 1,

@@ -1,0 +1,104 @@
+"""The opt-in canary (``--probe-generate``): one 1-token completion, with a short timeout.
+
+It is the only thing hangdoctor sends that makes the engine work, so it runs only when asked,
+after the window's samples are taken (its token must not read as progress), and the report
+says whether it was sent. The model name comes from ``GET /v1/models``; an API key, when
+given, goes in the ``Authorization`` header and nowhere else (never in the snapshot).
+
+Stdlib only, Python 3.8 compatible (ships with the probe).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, Dict, Optional, Tuple
+
+
+def _http(
+    host: str,
+    port: int,
+    method: str,
+    path: str,
+    body: Optional[bytes],
+    api_key: Optional[str],
+    timeout_s: float,
+) -> Tuple[Optional[int], bytes, Optional[str]]:
+    import socket
+
+    try:
+        sock = socket.create_connection((host, port), timeout=timeout_s)
+    except OSError as exc:
+        return None, b"", "connect failed: %s" % exc
+    head = ["%s %s HTTP/1.0" % (method, path), "Host: %s" % host, "User-Agent: hangdoctor"]
+    if api_key:
+        head.append("Authorization: Bearer %s" % api_key)
+    if body is not None:
+        head += ["Content-Type: application/json", "Content-Length: %d" % len(body)]
+    data = b""
+    deadline = time.monotonic() + timeout_s
+    try:
+        sock.settimeout(timeout_s)
+        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + (body or b""))
+        while len(data) < 1 << 20:
+            sock.settimeout(max(0.05, deadline - time.monotonic()))
+            chunk = sock.recv(1 << 16)
+            if not chunk:
+                break
+            data += chunk
+    except socket.timeout:
+        return None, data, "no answer within %.1f s" % timeout_s
+    except OSError as exc:
+        return None, data, "request failed: %s" % exc
+    finally:
+        sock.close()
+    hdr, _, payload = data.partition(b"\r\n\r\n")
+    m = re.match(rb"HTTP/\d(?:\.\d)?\s+(\d{3})", hdr)
+    if not m:
+        return None, payload, "not an HTTP answer"
+    return int(m.group(1)), payload, None
+
+
+def generate(port: int, ip: str, api_key: Optional[str], timeout_s: float) -> Dict[str, Any]:
+    """{"sent", "ok", "model", "code", "latency_s", "error"}: a 1-token completion."""
+    host = "127.0.0.1" if ip in ("0.0.0.0", "::", "127.0.0.1", "") else ip
+    res = {
+        "port": port,
+        "sent": False,
+        "ok": False,
+        "model": None,
+        "code": None,
+        "latency_s": None,
+        "error": None,
+    }  # type: Dict[str, Any]
+    t0 = time.monotonic()
+    code, payload, err = _http(host, port, "GET", "/v1/models", None, api_key, min(timeout_s, 3.0))
+    if code != 200:
+        res["error"] = "GET /v1/models: %s" % (err or "HTTP %s" % code)
+        res["code"] = code
+        return res
+    try:
+        res["model"] = str(json.loads(payload.decode("utf-8", "replace"))["data"][0]["id"])[:200]
+    except (ValueError, KeyError, IndexError, TypeError):
+        res["error"] = "GET /v1/models: no model in the answer"
+        return res
+    body = json.dumps(
+        {"model": res["model"], "prompt": "hello", "max_tokens": 1, "temperature": 0}
+    ).encode()
+    left = max(0.5, timeout_s - (time.monotonic() - t0))
+    t1 = time.monotonic()
+    res["sent"] = True
+    code, payload, err = _http(host, port, "POST", "/v1/completions", body, api_key, left)
+    res["latency_s"] = round(time.monotonic() - t1, 4)
+    res["code"] = code
+    if err:
+        res["error"] = err
+    elif code != 200:
+        res["error"] = "HTTP %d: %s" % (code, payload[:120].decode("utf-8", "replace"))
+    else:
+        res["ok"] = True
+    return res

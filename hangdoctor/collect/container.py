@@ -326,37 +326,44 @@ def docker_state(cid: str, roots: List[str]) -> Optional[Dict[str, Any]]:
         if conf is None:
             continue
         host = _json_file(d + "/hostconfig.json") or {}
-        config = conf.get("Config") or {}
-        state = conf.get("State") or {}
-        log_conf = host.get("LogConfig") or {}
-        gpus = []
-        for req in host.get("DeviceRequests") or []:
-            if isinstance(req, dict) and ["gpu"] in (req.get("Capabilities") or []):
-                gpus.append({"count": req.get("Count"), "ids": req.get("DeviceIDs")})
-        out = {
-            "name": str(conf.get("Name") or "").lstrip("/") or None,
-            "image": config.get("Image"),
-            "user": config.get("User") or None,
-            "state_file": d + "/config.v2.json",
-            "init_host_pid": state.get("Pid") or None,
-            "started_at": state.get("StartedAt"),
-            "oom_killed": state.get("OOMKilled"),
-            "restart_count": conf.get("RestartCount"),
-            "log_path": conf.get("LogPath") or None,
-            "log_driver": log_conf.get("Type"),
-            "shm_size_bytes": host.get("ShmSize"),
-            "ipc_mode": host.get("IpcMode"),
-            "pid_mode": host.get("PidMode") or "private",
-            "cap_add": host.get("CapAdd") or [],
-            "privileged": bool(host.get("Privileged")),
-            "security_opt": host.get("SecurityOpt") or [],
-            "memory_limit_bytes": host.get("Memory") or None,
-            "nano_cpus": host.get("NanoCpus") or None,
-            "oci_runtime": host.get("Runtime"),
-            "gpu_requests": gpus,
-        }  # type: Dict[str, Any]
-        return {k: v for k, v in out.items() if v is not None}
+        out = docker_facts(conf, host)
+        out["state_file"] = d + "/config.v2.json"
+        return out
     return None
+
+
+def docker_facts(doc: Dict[str, Any], host: Dict[str, Any]) -> Dict[str, Any]:
+    """The facts of one Docker container document: ``config.v2.json`` with its
+    ``hostconfig.json`` (read from the host), or one ``docker inspect`` entry (whose
+    ``HostConfig`` is the second argument). None values are left out."""
+    config = doc.get("Config") or {}
+    state = doc.get("State") or {}
+    gpus = []
+    for req in host.get("DeviceRequests") or []:
+        if isinstance(req, dict) and ["gpu"] in (req.get("Capabilities") or []):
+            gpus.append({"count": req.get("Count"), "ids": req.get("DeviceIDs")})
+    out = {
+        "name": str(doc.get("Name") or "").lstrip("/") or None,
+        "image": config.get("Image"),
+        "user": config.get("User") or None,
+        "init_host_pid": state.get("Pid") or None,
+        "started_at": state.get("StartedAt"),
+        "oom_killed": state.get("OOMKilled"),
+        "restart_count": doc.get("RestartCount"),
+        "log_path": doc.get("LogPath") or None,
+        "log_driver": (host.get("LogConfig") or {}).get("Type"),
+        "shm_size_bytes": host.get("ShmSize"),
+        "ipc_mode": host.get("IpcMode"),
+        "pid_mode": host.get("PidMode") or "private",
+        "cap_add": host.get("CapAdd") or [],
+        "privileged": bool(host.get("Privileged")),
+        "security_opt": host.get("SecurityOpt") or [],
+        "memory_limit_bytes": host.get("Memory") or None,
+        "nano_cpus": host.get("NanoCpus") or None,
+        "oci_runtime": host.get("Runtime"),
+        "gpu_requests": gpus,
+    }  # type: Dict[str, Any]
+    return {k: v for k, v in out.items() if v is not None}
 
 
 def containerd_state(cid: str, tasks: str = CONTAINERD_TASKS) -> Optional[Dict[str, Any]]:

@@ -135,41 +135,19 @@ def docker_error(name: str, container: str, text: str, returncode: Optional[int]
 
 
 def inspect_facts(doc: dict[str, Any]) -> dict[str, Any]:
-    """The container facts of one ``docker inspect`` document (the names collect/container.py
-    gives the same facts when it reads the runtime's state files from the host)."""
-    config = doc.get("Config") or {}
-    host = doc.get("HostConfig") or {}
-    state = doc.get("State") or {}
-    gpus = []
-    for req in host.get("DeviceRequests") or []:
-        if isinstance(req, dict) and ["gpu"] in (req.get("Capabilities") or []):
-            gpus.append({"count": req.get("Count"), "ids": req.get("DeviceIDs")})
+    """The container facts of one ``docker inspect`` document: the names collect/container.py
+    gives the same facts when it reads the runtime's state files from the host (one mapping,
+    ``docker_facts``, serves both)."""
+    from hangdoctor.collect.container import docker_facts
+
     facts = {
         "runtime": "docker",
         "engine": "docker",
         "id": doc.get("Id"),
         "short_id": str(doc.get("Id") or "")[:12] or None,
-        "name": str(doc.get("Name") or "").lstrip("/") or None,
-        "image": config.get("Image"),
-        "user": config.get("User") or None,
-        "init_host_pid": state.get("Pid") or None,
-        "started_at": state.get("StartedAt"),
-        "oom_killed": state.get("OOMKilled"),
-        "restart_count": doc.get("RestartCount"),
-        "log_path": doc.get("LogPath") or None,
-        "log_driver": (host.get("LogConfig") or {}).get("Type"),
-        "shm_size_bytes": host.get("ShmSize"),
-        "ipc_mode": host.get("IpcMode"),
-        "pid_mode": host.get("PidMode") or "private",
-        "cap_add": host.get("CapAdd") or [],
-        "privileged": bool(host.get("Privileged")),
-        "security_opt": host.get("SecurityOpt") or [],
-        "memory_limit_bytes": host.get("Memory") or None,
-        "nano_cpus": host.get("NanoCpus") or None,
-        "oci_runtime": host.get("Runtime"),
-        "gpu_requests": gpus,
         "state_source": "docker inspect",
     }
+    facts.update(docker_facts(doc, doc.get("HostConfig") or {}))
     return {k: v for k, v in facts.items() if v is not None}
 
 

@@ -87,7 +87,7 @@ def _comm(pid: int, proc: str) -> Optional[str]:
     return str(st["comm"]) if st else None
 
 
-def collect(records: List[Dict[str, Any]], proc: str = "/proc") -> Dict[str, Any]:
+def collect(records: List[Dict[str, Any]], proc: str = "/proc", text: Optional[str] = None) -> Dict[str, Any]:
     """File locks that involve the processes of ``records``, and the FIFOs they read.
 
     Sets ``fifos`` (paths of open FIFOs) on each record with a thread in a pipe wait. Returns
@@ -95,6 +95,11 @@ def collect(records: List[Dict[str, Any]], proc: str = "/proc") -> Dict[str, Any
     tree holds or waits on, or that holds what one of them waits on (that holder may be outside
     the tree), with ``path`` where an open file of the waiter or holder names it, and
     ``holder_name`` / ``name`` (the process's comm).
+
+    ``text``: /proc/locks as read before the first py-spy dump. A dump attaches to the process,
+    which interrupts a blocking flock()/fcntl() wait: while py-spy holds the waiter, its line is
+    gone from /proc/locks (it comes back when the call restarts), so a read during the dumps
+    can miss exactly the wait that matters.
     """
     for rec in records:
         threads = rec.get("threads") or []
@@ -105,7 +110,8 @@ def collect(records: List[Dict[str, Any]], proc: str = "/proc") -> Dict[str, Any
             pid = rec.get("pid")
             if isinstance(pid, int):
                 rec["fifos"] = [p for p, st in _open_files(pid, proc) if stat.S_ISFIFO(st.st_mode)]
-    text = procfs.read_text("%s/locks" % proc, 1 << 22)
+    if text is None:
+        text = procfs.read_text("%s/locks" % proc, 1 << 22)
     if text is None:
         return {"status": "unavailable", "locks": []}
     ours = {r.get("pid") for r in records if isinstance(r.get("pid"), int)}

@@ -193,6 +193,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     futures = {}  # type: Dict[str, Any]
     pyspy_bin = pyspy.find_pyspy(cfg.pyspy_path)
     dump_timeout = max(1.0, min(10.0, (hard_deadline - time.monotonic()) * 0.4))
+    # /proc/locks before any dump: py-spy's attach interrupts a blocking flock() (locks.py)
+    locks_text = procfs.read_text("%s/locks" % proc, 1 << 22)
     for r in readers:
         try:
             r.start()
@@ -206,7 +208,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     # file locks the tree holds or waits on (and who holds them), FIFOs it reads: locks.py
     t_locks = time.monotonic()
     try:
-        snap["file_locks"] = locks.collect([r.record for r in readers], proc)
+        snap["file_locks"] = locks.collect([r.record for r in readers], proc, locks_text)
         man.add("file_locks", snap["file_locks"]["status"], time.monotonic() - t_locks,
                 "%d /proc/locks line(s) involve the tree" % len(snap["file_locks"]["locks"]))
     except Exception as exc:  # one source must not stop the probe

@@ -207,3 +207,15 @@ def _short(f: Any) -> str:
 
 def rx(pattern: str, flags: int = 0) -> re.Pattern[str]:
     return re.compile(pattern, flags)
+
+
+# The API server's asyncio event loop, idle or between callbacks: its innermost Python frame is
+# the loop itself. One rule for every engine whose front end is a plain asyncio server (vLLM
+# adds the names its uvloop runner shows).
+ASYNCIO_SERVING = FrameRule(
+    SERVING,
+    rx(r"^(run_forever|_run_once|run|select)$"),
+    "asyncio/",
+    roles=(API_SERVER,),
+    innermost=True,
+)

@@ -64,13 +64,7 @@ MODEL = EngineModel(
             b.STEP, rx(r"run_batch|forward_batch_generation|forward|process_batch_result"), "srt/"
         ),
         FrameRule(b.IDLE, rx(r"event_loop"), "managers/detokenizer_manager.py"),
-        FrameRule(
-            b.SERVING,
-            rx(r"^(run_forever|_run_once|run|select)$"),
-            "asyncio/",
-            roles=(b.API_SERVER,),
-            innermost=True,
-        ),
+        b.ASYNCIO_SERVING,
     ),
     logs=(
         LogRule(b.LOADING, rx(r"Load weight begin|Loading safetensors checkpoint")),

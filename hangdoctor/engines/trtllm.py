@@ -48,13 +48,7 @@ MODEL = EngineModel(
             unless=(("forward", "pyexecutor/"),),
         ),
         FrameRule(b.STEP, rx(r"_executor_loop|_forward_step|forward|_sample_async"), "pyexecutor/"),
-        FrameRule(
-            b.SERVING,
-            rx(r"^(run_forever|_run_once|run|select)$"),
-            "asyncio/",
-            roles=(b.API_SERVER,),
-            innermost=True,
-        ),
+        b.ASYNCIO_SERVING,
     ),
     logs=(
         LogRule(b.LOADING, rx(r"Loading (weights|checkpoint|engine)|Loading model")),

@@ -209,6 +209,15 @@ class EngineView:
             for m in (raw.get("metrics") or {}).values()
         )
 
+    def metrics_answered_at_end(self) -> bool:
+        """The API server answered ``GET /metrics`` at the end of the window on some port: its
+        HTTP front end serves, whatever a slow ``/health`` said."""
+        return any(
+            (m.get("end") or {}).get("ok")
+            for raw in self.progress_raw
+            for m in (raw.get("metrics") or {}).values()
+        )
+
     def metric(self, name: str, end: bool = True) -> float | None:
         total, seen = 0.0, False
         for raw in self.progress_raw:

@@ -30,6 +30,8 @@ def engine_verdict(facts: dict[str, Any]) -> tuple[str, str] | None:
         return "hung", reason
     if state in ("moving", "idle") and facts.get("answering"):
         return "healthy", reason
+    if state == "moving" and engine.get("api_answers"):
+        return "healthy", reason  # /health was late, GET /metrics answered: serving, slowly
     return None
 
 

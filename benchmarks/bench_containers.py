@@ -41,7 +41,7 @@ sys.path.insert(0, str(REPO))
 
 from docker_tools import CONTAINER_PYTHON, start_engine, wait_file  # noqa: E402
 
-from hangdoctor.scenarios.runner import scenario_argv, start_scenario  # noqa: E402
+from hangdoctor.scenarios.launch import scenario_argv, start_scenario  # noqa: E402
 
 SCENARIOS = {
     "postload": {"workers": 4},

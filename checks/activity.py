@@ -7,7 +7,7 @@ import re
 from typing import Any
 
 from hangdoctor.checkapi import against, check, cleared, fired, support
-from hangdoctor.engines import base as eb
+from hangdoctor.engines import spec as eb
 from hangdoctor.evidence.model import MIB, Evidence
 from hangdoctor.evidence.stacks import pick_main
 

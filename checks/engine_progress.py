@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from hangdoctor.checkapi import against, check, cleared, fired, support
-from hangdoctor.engines import base as b
+from hangdoctor.engines import spec as b
 from hangdoctor.engines.view import EngineProc, EngineView
 from hangdoctor.evidence.model import Evidence
 

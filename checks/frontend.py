@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hangdoctor.checkapi import against, check, cleared, fired, support
-from hangdoctor.engines import base as eb
+from hangdoctor.engines import spec as eb
 from hangdoctor.evidence.model import Evidence
 
 _TOKENIZER = ("tokenizer", "tokenization", "transformers/", "sentencepiece", "tiktoken", "detokenizer")

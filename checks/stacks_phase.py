@@ -4,7 +4,7 @@ file locks, compilation."""
 from __future__ import annotations
 
 from hangdoctor.checkapi import against, check, cleared, fired, support
-from hangdoctor.engines import base as eb
+from hangdoctor.engines import spec as eb
 from hangdoctor.evidence.model import MIB, Evidence
 
 _PHASES = {

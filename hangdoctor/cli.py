@@ -934,7 +934,7 @@ def demo(output: str, window: float, workers: int, as_json: bool, wide: bool, co
     diagnose it with the real collector, write the report, and stop what was started."""
     import tempfile
 
-    from hangdoctor.scenarios.runner import ScenarioError, start_scenario
+    from hangdoctor.scenarios.launch import ScenarioError, start_scenario
 
     prog = invoked_as()
     _err(f"hangdoctor demo: starting a hung server ({workers} workers deadlock after loading)")

@@ -31,7 +31,7 @@ _pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if 
 if str(REPO_ROOT) not in _pythonpath:
     os.environ["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), *_pythonpath])
 
-from hangdoctor.scenarios.runner import (  # noqa: E402 (needs the path above)
+from hangdoctor.scenarios.launch import (  # noqa: E402 (needs the path above)
     RunningScenario,
     ScenarioError,
     ScenarioInfo,

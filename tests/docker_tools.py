@@ -32,7 +32,7 @@ from typing import Any, Callable, Iterator, Optional
 import pytest
 from conftest import need, torch_available
 
-from hangdoctor.scenarios.runner import scenario_argv
+from hangdoctor.scenarios.launch import scenario_argv
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IMAGE = "hangdoctor-test-base:1"

@@ -13,7 +13,7 @@ from typing import Any
 from ras_replay import recorded_status, with_ranks
 from snapbuild import LAUNCHER, proc, snap
 
-from hangdoctor.collect import nccl
+from hangdoctor.collect import nccl_sources as nccl
 
 FIXTURES = Path(__file__).parent / "fixtures" / "nccl"
 LIB = {"path": "/opt/torch/.venv/lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2",

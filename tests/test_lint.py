@@ -24,7 +24,7 @@ def test_probe_modules_import_only_the_stdlib_and_each_other() -> None:
     """The probe travels to remote hosts as source; only psutil/pynvml may be optional there."""
     import ast
 
-    from hangdoctor.collect.bundle import PROBE_MODULES
+    from hangdoctor.collect.probe_pack import PROBE_MODULES
 
     allowed_pkgs = set(PROBE_MODULES)
     for name in PROBE_MODULES:
@@ -44,7 +44,7 @@ def test_probe_modules_parse_as_python_3_8() -> None:
     """The probe runs with the remote host's Python, 3.8 or newer."""
     import ast
 
-    from hangdoctor.collect.bundle import PROBE_MODULES
+    from hangdoctor.collect.probe_pack import PROBE_MODULES
 
     for name in PROBE_MODULES:
         src = (REPO / (name.replace(".", "/") + ".py")).read_text()
@@ -77,7 +77,7 @@ def test_probe_bundle_runs_in_a_bare_interpreter(tmp_path, python: str) -> None:
     and 3.9 where this machine has them (the oldest the probe supports on remote hosts)."""
     import json
 
-    from hangdoctor.collect.bundle import build_probe_script
+    from hangdoctor.collect.probe_pack import build_probe_script
 
     target = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
@@ -116,7 +116,7 @@ def test_probe_bundle_ships_compiled_code_for_the_same_python_and_source_for_oth
     number, or no code shipped) compiles the source, and the probe is the same either way."""
     import base64
 
-    from hangdoctor.collect.bundle import build_probe_script
+    from hangdoctor.collect.probe_pack import build_probe_script
 
     script = build_probe_script({"window_s": 0, "root_pids": []})
     assert _probe_code_origin(script).endswith("hangdoctor/collect/probe.py")  # marshalled
@@ -133,7 +133,7 @@ def test_probe_bundle_reads_stdin_fast_and_prints_one_snapshot(tmp_path) -> None
     """The way SSH runs it: `python3 -c LOADER` with the bundle on stdin."""
     import json
 
-    from hangdoctor.collect.bundle import build_probe_script
+    from hangdoctor.collect.probe_pack import build_probe_script
 
     target = subprocess.Popen(["sleep", "60"])
     try:
@@ -155,7 +155,7 @@ def test_probe_under_python_S_adds_site_packages_in_a_thread_when_asked(tmp_path
     import importlib.util
     import json
 
-    from hangdoctor.collect.bundle import build_probe_script
+    from hangdoctor.collect.probe_pack import build_probe_script
 
     if importlib.util.find_spec("psutil") is None:
         pytest.skip("psutil is not installed here")
@@ -182,7 +182,7 @@ def test_late_site_adds_a_venvs_folders_but_runs_none_of_its_code(tmp_path) -> N
     environment's code: no .pth `import` line, no sitecustomize."""
     import json
 
-    from hangdoctor.collect.bundle import build_probe_script
+    from hangdoctor.collect.probe_pack import build_probe_script
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True,

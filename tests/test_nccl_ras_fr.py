@@ -25,7 +25,7 @@ from ras_replay import RasReplay, recorded_status, with_ranks
 
 from hangdoctor.checkapi.api import CLEARED, FIRED
 from hangdoctor.checkapi.registry import builtin_checks
-from hangdoctor.collect import nccl
+from hangdoctor.collect import nccl_sources as nccl
 from hangdoctor.evidence.model import Evidence
 
 FIX = Path(__file__).parent / "fixtures" / "nccl"

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import psutil
 import pytest
 
-from hangdoctor.scenarios.runner import ScenarioError, scenario_argv, start_scenario
+from hangdoctor.scenarios.launch import ScenarioError, scenario_argv, start_scenario
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import pytest
 
 from hangdoctor.collect import canary, inflight, metrics
 from hangdoctor.engines import BY_NAME, detect
-from hangdoctor.engines import base as eb
+from hangdoctor.engines import spec as eb
 from hangdoctor.engines.view import in_flight
 from hangdoctor.triage.engine_verdict import engine_verdict
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hangdoctor.engines import base as eb
+from hangdoctor.engines import spec as eb
 from hangdoctor.evidence.model import Evidence
 from hangdoctor.triage.analyze import analyze
 

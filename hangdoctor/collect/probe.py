@@ -258,7 +258,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     # NCCL: the library each process mapped, RAS at both edges of the window, FR dumps
     nccl_c = None
     if py_targets:
-        from hangdoctor.collect import nccl as nccl_mod
+        from hangdoctor.collect import nccl_sources as nccl_mod
 
         nccl_c = nccl_mod.NcclCollector([r.pid for r in py_targets], proc, cfg.nccl_ras, cfg.fr_dump,
                                         max(0.5, min(2.0, (hard_deadline - time.monotonic()) * 0.2)))

@@ -1,5 +1,5 @@
 """Engine models: one module per inference engine (vLLM, SGLang, TGI, TensorRT-LLM), each an
-:class:`~hangdoctor.engines.base.EngineModel` made of data. ``detect`` names the engine of a
+:class:`~hangdoctor.engines.spec.EngineModel` made of data. ``detect`` names the engine of a
 process tree from its command lines; the evidence view (:mod:`hangdoctor.engines.view`) asks
 the model what each process is and what phase its stack is in.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Iterable
 
 from hangdoctor.engines import sglang, tgi, trtllm, vllm
-from hangdoctor.engines.base import EngineModel
+from hangdoctor.engines.spec import EngineModel
 
 ENGINES: tuple[EngineModel, ...] = (vllm.MODEL, sglang.MODEL, tgi.MODEL, trtllm.MODEL)
 BY_NAME: dict[str, EngineModel] = {e.name: e for e in ENGINES}

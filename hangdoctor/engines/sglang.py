@@ -13,8 +13,8 @@ kills a scheduler whose loop stops.
 
 from __future__ import annotations
 
-from hangdoctor.engines import base as b
-from hangdoctor.engines.base import EngineModel, FrameRule, Health, LogRule, Metrics, RoleRule, rx
+from hangdoctor.engines import spec as b
+from hangdoctor.engines.spec import EngineModel, FrameRule, Health, LogRule, Metrics, RoleRule, rx
 
 MODEL = EngineModel(
     name="sglang",

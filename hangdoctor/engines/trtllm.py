@@ -12,8 +12,8 @@ the models are loaded. Neither runs a request through the executor.
 
 from __future__ import annotations
 
-from hangdoctor.engines import base as b
-from hangdoctor.engines.base import EngineModel, FrameRule, Health, LogRule, Metrics, RoleRule, rx
+from hangdoctor.engines import spec as b
+from hangdoctor.engines.spec import EngineModel, FrameRule, Health, LogRule, Metrics, RoleRule, rx
 
 MODEL = EngineModel(
     name="trtllm",

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hangdoctor.engines import base as b
+from hangdoctor.engines import spec as b
 from hangdoctor.engines import detect
-from hangdoctor.engines.base import EngineModel
+from hangdoctor.engines.spec import EngineModel
 
 _TITLE_PREFIXES = ("VLLM::", "sglang::", "text-generation-")
 _ROLE_WORDS = {

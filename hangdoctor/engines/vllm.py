@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import re
 
-from hangdoctor.engines import base as b
-from hangdoctor.engines.base import (
+from hangdoctor.engines import spec as b
+from hangdoctor.engines.spec import (
     DeathRule,
     EngineModel,
     FrameRule,

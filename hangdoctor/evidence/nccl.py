@@ -1,6 +1,6 @@
 """Typed views of what NCCL and PyTorch kept about the job: the loaded NCCL, RAS samples, Flight Recorder.
 
-Pure: reads the ``nccl`` section of snapshots (hangdoctor/collect/nccl.py writes it; SCHEMA.md
+Pure: reads the ``nccl`` section of snapshots (hangdoctor/collect/nccl_sources.py writes it; SCHEMA.md
 describes it). Checks ask this view, never the raw documents:
 
 - ``libraries``: which NCCL each process mapped, and its version;

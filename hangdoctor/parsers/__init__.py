@@ -7,6 +7,6 @@ segment into snapshot pieces; ``assemble`` joins everything into one snapshot di
 
 from __future__ import annotations
 
-from hangdoctor.parsers.errors import InputError
+from hangdoctor.errors import InputError
 
 __all__ = ["InputError"]

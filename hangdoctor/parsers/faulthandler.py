@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Optional
 
-from hangdoctor.parsers.stacks import PastedDump, make_frame, make_thread
+from hangdoctor.parsers.frames import PastedDump, make_frame, make_thread
 from hangdoctor.parsers.text import clip_lines
 
 THREAD_HEAD = re.compile(

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Iterable
 
-from hangdoctor.parsers.stacks import PastedDump, make_frame, make_thread
+from hangdoctor.parsers.frames import PastedDump, make_frame, make_thread
 from hangdoctor.parsers.text import clip_lines
 
 FRAME = re.compile(r"^\s*#(?P<n>\d+)\s+(?:0x[0-9a-fA-F]+ in )?(?P<rest>\S.*?)\s*$")

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Optional
 
-from hangdoctor.parsers.stacks import rank_from_text, role_from_text
+from hangdoctor.parsers.frames import rank_from_text, role_from_text
 from hangdoctor.parsers.text import clip_lines
 
 # Column names ps prints, mapped to what they mean here.

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any, Optional
 
-from hangdoctor.parsers.stacks import PastedDump, make_frame, make_thread
+from hangdoctor.parsers.frames import PastedDump, make_frame, make_thread
 
 _DECODER = json.JSONDecoder()
 

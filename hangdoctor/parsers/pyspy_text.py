@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 from typing import Iterable, Optional
 
-from hangdoctor.parsers.stacks import PastedDump, make_frame, make_thread, rank_from_text
+from hangdoctor.parsers.frames import PastedDump, make_frame, make_thread, rank_from_text
 from hangdoctor.parsers.text import clip_lines
 
 PROMPT_ANY = re.compile(r"^(?:.*[$#%>]\s*)?(?:sudo\s+(?:-\S+\s+)*)?(?:\S*/)?py-spy\s+dump\b")

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
-from hangdoctor.parsers.stacks import PastedDump, make_frame, make_thread
+from hangdoctor.parsers.frames import PastedDump, make_frame, make_thread
 from hangdoctor.parsers.text import clip_lines
 
 START = re.compile(r"^\s*Traceback \(most recent call last\):\s*$")

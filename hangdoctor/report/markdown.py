@@ -12,7 +12,7 @@ import html
 import re
 from typing import Any, Callable
 
-from hangdoctor.report.view import build_view, fmt_num, frame_line
+from hangdoctor.report.analysis_view import build_view, fmt_num, frame_line
 
 # Backslash-escapable characters that would otherwise start emphasis, links, code, tables or
 # strikethrough in GitHub Markdown.

@@ -19,7 +19,7 @@ from markupsafe import Markup
 from hangdoctor.report.markdown import render_markdown
 from hangdoctor.report.svg import POWER_COLOR, UTIL_COLOR, gpu_chart_svg, sparkline_svg
 from hangdoctor.report.terminal import render_terminal
-from hangdoctor.report.view import build_view, fmt_num, frame_line
+from hangdoctor.report.analysis_view import build_view, fmt_num, frame_line
 
 __all__ = [
     "FORMATS",

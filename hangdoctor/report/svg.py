@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 from markupsafe import Markup
 
-from hangdoctor.report.view import nums
+from hangdoctor.report.analysis_view import nums
 
 UTIL_COLOR = "#0969da"
 POWER_COLOR = "#bf3989"

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from typing import Any, Sequence
 
-from hangdoctor.report.view import build_view
+from hangdoctor.report.analysis_view import build_view
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _RESET = "\x1b[0m"

@@ -8,7 +8,7 @@ They are used by the tests and by ``hangdoctor demo``; only ``gloo_desync`` need
 
 from __future__ import annotations
 
-from hangdoctor.scenarios.runner import (
+from hangdoctor.scenarios.launch import (
     SCENARIOS,
     RunningScenario,
     ScenarioError,

@@ -18,7 +18,7 @@ import time
 from multiprocessing import Pipe
 from multiprocessing.connection import Connection
 
-from hangdoctor.scenarios._common import (
+from hangdoctor.scenarios._plumbing import (
     LogWriter,
     add_common_args,
     become_launcher,

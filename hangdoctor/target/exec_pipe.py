@@ -7,7 +7,7 @@ It is the SSH path's one-probe design over another pipe, in ONE command::
 
     PREFIX sh -c 'find python and py-spy; exec python3 -S -c LOADER'
 
-and on its stdin, a length line and the probe script (collect/bundle.py), then, only when the
+and on its stdin, a length line and the probe script (collect/probe_pack.py), then, only when the
 target has no py-spy and asks for it, a length line and this machine's py-spy binary. The
 loader keeps the binary in a memfd (an anonymous file: nothing on the target's disk, works on a
 read-only root filesystem); where memfd is missing it uses a private temp dir that it removes
@@ -316,7 +316,7 @@ class ExecPipeTarget:
         probe_config["late_site"] = True  # it runs under `python3 -S`
         if probe_config.get("host_name") in (None, "", "localhost"):
             probe_config["host_name"] = self.name
-        from hangdoctor.collect.bundle import build_probe_script
+        from hangdoctor.collect.probe_pack import build_probe_script
 
         loop = asyncio.get_running_loop()
         script = loop.run_in_executor(

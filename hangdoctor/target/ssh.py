@@ -826,6 +826,6 @@ def _short_type(key_type: str) -> str:
 
 def _probe_script(config: dict[str, Any]) -> str:
     # Imported late: the bundle reads the probe sources from the package at call time.
-    from hangdoctor.collect.bundle import build_probe_script
+    from hangdoctor.collect.probe_pack import build_probe_script
 
     return build_probe_script(config)

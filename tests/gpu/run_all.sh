@@ -148,7 +148,7 @@ for name in "${SCENARIOS[@]}"; do
         # the probe as SSH runs it (python3 -S, site-packages added in a thread, --window 0)
         t1=$(now)
         "$PY" -c 'import sys, json
-from hangdoctor.collect.bundle import build_probe_script
+from hangdoctor.collect.probe_pack import build_probe_script
 sys.stdout.write(build_probe_script({"root_pids": [int(sys.argv[1])], "log_path": sys.argv[2],
     "window_s": 0, "deadline_s": 30, "late_site": True, "host_name": "ssh-style"}))' \
             "$pid" "$log" >"$OUT/bundle.py"

@@ -31,7 +31,7 @@ PROBE_MODULES = [
     "hangdoctor.collect.processes",
     "hangdoctor.collect.container",
     "hangdoctor.collect.sources",
-    "hangdoctor.collect.nccl",
+    "hangdoctor.collect.nccl_sources",
     "hangdoctor.collect.locks",
     "hangdoctor.collect.inflight",
     "hangdoctor.collect.metrics",

@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hangdoctor.engines import spec as b
 from hangdoctor.engines import detect
+from hangdoctor.engines import spec as b
 from hangdoctor.engines.spec import EngineModel
 
 _TITLE_PREFIXES = ("VLLM::", "sglang::", "text-generation-")

@@ -16,10 +16,10 @@ from typing import Any, Callable
 import jinja2
 from markupsafe import Markup
 
+from hangdoctor.report.analysis_view import build_view, fmt_num, frame_line
 from hangdoctor.report.markdown import render_markdown
 from hangdoctor.report.svg import POWER_COLOR, UTIL_COLOR, gpu_chart_svg, sparkline_svg
 from hangdoctor.report.terminal import render_terminal
-from hangdoctor.report.analysis_view import build_view, fmt_num, frame_line
 
 __all__ = [
     "FORMATS",

@@ -15,7 +15,7 @@ from typing import Any
 
 from hangdoctor.checkapi import against, check, cleared, fired, support
 from hangdoctor.engines import spec as b
-from hangdoctor.engines.view import EngineProc, EngineView
+from hangdoctor.evidence.engine_view import EngineProc, EngineView
 from hangdoctor.evidence.model import Evidence
 
 _BUSY_PHASES = (b.STEP, b.IN_COLLECTIVE, b.WAITING_ON_WORKERS)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hangdoctor.checkapi import Signal, check, cleared, fired
 from hangdoctor.evidence.model import Evidence
-from hangdoctor.knowledge import audit, engine
+from hangdoctor.knowledge import audit, matcher
 
 
 @check("env.audit", "Environment audit: driver, CUDA, NCCL, torch, MPI, interposers, container",
@@ -20,7 +20,7 @@ def env_audit(ev: Evidence):
 
     Confirm by hand: python collect_env.py; nvidia-smi; nvidia-smi topo -m; env | grep -E 'NCCL|LD_PRELOAD'
     """
-    view = engine.view_of_evidence(ev)
+    view = matcher.view_of_evidence(ev)
     env = audit.summary(view.facts)
     found = audit.findings(view.facts)
     if not env:

@@ -6,13 +6,13 @@ from typing import Any
 
 from hangdoctor.checkapi import Signal, against, check, cleared, fired, support
 from hangdoctor.evidence.model import Evidence
-from hangdoctor.knowledge import engine
-from hangdoctor.triage.causes import CAUSES
+from hangdoctor.knowledge import matcher
+from hangdoctor.knowledge.causes import CAUSES
 
 _CAUSES = sorted(CAUSES)
 
 
-def _summary(m: engine.Match) -> str:
+def _summary(m: matcher.Match) -> str:
     text = m.entry["summary"]
     if m.lines:
         line = " ".join(m.lines[0].split())
@@ -20,10 +20,10 @@ def _summary(m: engine.Match) -> str:
     return text
 
 
-def _signals(m: engine.Match, kind: str) -> list[Signal]:
+def _signals(m: matcher.Match, kind: str) -> list[Signal]:
     e = m.entry
     symptom = bool(e.get("symptom"))
-    cap = engine.SYMPTOM_CAP if symptom else 0.95
+    cap = matcher.SYMPTOM_CAP if symptom else 0.95
     ref = [f"{kind}:{e['id']}"] + (["symptom"] if symptom else [])
     out = []
     if float(e["weight"]) > 0:  # a rule may only speak against (weight 0)
@@ -36,12 +36,12 @@ def _signals(m: engine.Match, kind: str) -> list[Signal]:
     return out
 
 
-def evaluate(ev: Evidence) -> tuple[list[engine.Match], list[engine.Match], engine.View]:
-    view = engine.view_of_evidence(ev)
-    return engine.evaluate(engine.rules(), view), engine.evaluate(engine.known_issues(), view), view
+def evaluate(ev: Evidence) -> tuple[list[matcher.Match], list[matcher.Match], matcher.View]:
+    view = matcher.view_of_evidence(ev)
+    return matcher.evaluate(matcher.rules(), view), matcher.evaluate(matcher.known_issues(), view), view
 
 
-def _known(m: engine.Match) -> dict[str, Any]:
+def _known(m: matcher.Match) -> dict[str, Any]:
     e = m.entry
     line = f"this matches {e['project']} #{e['number']}" if e.get("number") else f"this matches {e['project']}"
     if e.get("fixed_in"):

@@ -384,7 +384,7 @@ def test_every_check_has_fixtures_and_docs() -> None:
 
 
 def test_every_cause_can_be_raised_and_ruled_out() -> None:
-    from hangdoctor.triage.causes import CAUSES
+    from hangdoctor.knowledge.causes import CAUSES
 
     raised = {cause for fires, _ in CASES.values() for _, cause in fires if cause}
     assert set(CAUSES) <= raised, f"causes no fixture raises: {sorted(set(CAUSES) - raised)}"

@@ -522,7 +522,7 @@ def test_reports_say_host_memory_and_name_pids_without_ranks(tmp_path: Path):
     assert "rank –" not in html and re.search(r"<b>\d+ ×</b> pids? \d+", html)
     md = render_markdown(a)
     assert "× ranks –" not in md and re.search(r"\d+ × pids? \d+", md)
-    from hangdoctor.triage.causes import title
+    from hangdoctor.knowledge.causes import title
 
     assert "engine" not in title("frontend-hang")
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from hangdoctor.evidence.model import Evidence
-from hangdoctor.knowledge import engine
+from hangdoctor.knowledge import matcher
 from hangdoctor.parsers.assemble import analyze_inputs
 from hangdoctor.triage.analyze import analyze
 
-SAMPLES = Path(engine.HERE) / "samples"
+SAMPLES = Path(matcher.HERE) / "samples"
 HEADER = re.compile(r"^### (fires|ok): (\S+)\s*$")
 
 
@@ -39,16 +39,16 @@ ISSUE_SAMPLES = _samples("known_issues.txt")
 
 def _matched(text: str) -> tuple[set[str], set[str]]:
     ev = Evidence([analyze_inputs([("sample.txt", text)])])
-    view = engine.view_of_evidence(ev)
-    return ({m.id for m in engine.evaluate(engine.rules(), view)},
-            {m.id for m in engine.evaluate(engine.known_issues(), view)})
+    view = matcher.view_of_evidence(ev)
+    return ({m.id for m in matcher.evaluate(matcher.rules(), view)},
+            {m.id for m in matcher.evaluate(matcher.known_issues(), view)})
 
 
 def test_data_validates() -> None:
-    assert engine.validate() == []
+    assert matcher.validate() == []
 
 
-@pytest.mark.parametrize("entries,samples", [(engine.rules, RULE_SAMPLES), (engine.known_issues, ISSUE_SAMPLES)],
+@pytest.mark.parametrize("entries,samples", [(matcher.rules, RULE_SAMPLES), (matcher.known_issues, ISSUE_SAMPLES)],
                          ids=["rules", "known-issues"])
 def test_every_entry_has_a_firing_and_a_quiet_sample(entries, samples) -> None:
     ids = {e["id"] for e in entries()}
@@ -83,7 +83,7 @@ def test_symptom_alone_ranks_low_and_never_high() -> None:
             "block found in 60 seconds. This typically happens when some processes are hanging.\n")
     a = analyze([analyze_inputs([("log.txt", text)])])
     assert a["causes"], "a symptom still ranks causes"
-    assert all(c["score"] <= engine.SYMPTOM_CAP + 1e-9 for c in a["causes"])
+    assert all(c["score"] <= matcher.SYMPTOM_CAP + 1e-9 for c in a["causes"])
     assert a["causes"][0]["confidence"] == "low"
 
 
@@ -151,7 +151,7 @@ def _live(stack_frames=None, log=None, http_ok=None, grew=0):
 
 
 def _live_rules(ev) -> set[str]:
-    return {m.id for m in engine.evaluate(engine.rules(), engine.view_of_evidence(ev))}
+    return {m.id for m in matcher.evaluate(matcher.rules(), matcher.view_of_evidence(ev))}
 
 
 IDLE_ENGINE = [("wait", "threading.py"), ("get", "queue.py"), ("_process_input_queue", "vllm/v1/engine/core.py"),

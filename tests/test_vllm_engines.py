@@ -17,7 +17,7 @@ import pytest
 from hangdoctor.collect import canary, inflight, metrics
 from hangdoctor.engines import BY_NAME, detect
 from hangdoctor.engines import spec as eb
-from hangdoctor.engines.view import in_flight
+from hangdoctor.evidence.engine_view import in_flight
 from hangdoctor.triage.engine_verdict import engine_verdict
 
 

@@ -1,6 +1,6 @@
 """Engine models: one module per inference engine (vLLM, SGLang, TGI, TensorRT-LLM), each an
 :class:`~hangdoctor.engines.spec.EngineModel` made of data. ``detect`` names the engine of a
-process tree from its command lines; the evidence view (:mod:`hangdoctor.engines.view`) asks
+process tree from its command lines; the evidence view (:mod:`hangdoctor.evidence.engine_view`) asks
 the model what each process is and what phase its stack is in.
 """
 

@@ -316,7 +316,7 @@ class Evidence:
     @cached_property
     def engine(self) -> Any:
         """The engine model's view (hangdoctor.engines): roles, phases, progress signals."""
-        from hangdoctor.engines.view import EngineView
+        from hangdoctor.evidence.engine_view import EngineView
 
         return EngineView(self)
 

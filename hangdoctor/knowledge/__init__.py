@@ -12,7 +12,7 @@
 ``checks/knowledge.py`` evaluates all of it, on live snapshots and pasted evidence alike.
 """
 
-from hangdoctor.knowledge.engine import (  # noqa: F401
+from hangdoctor.knowledge.matcher import (  # noqa: F401
     Match,
     View,
     evaluate,

@@ -18,7 +18,7 @@ from hangdoctor.checkapi.api import CLEARED, ERRORED, FIRED, SKIPPED, Check
 from hangdoctor.checkapi.registry import all_checks
 from hangdoctor.checkapi.runner import Outcome, run_checks
 from hangdoctor.evidence.model import MIB, Evidence
-from hangdoctor.triage.causes import CAUSES, title
+from hangdoctor.knowledge.causes import CAUSES, title
 
 MIN_SCORE = 0.05
 SYMPTOM_CAP = 0.2  # the most that downstream symptoms alone can score for a cause
@@ -91,21 +91,21 @@ def choose_experiment(causes: list[dict[str, Any]], facts: dict[str, Any],
     """The one A/B toggle that best tells the leading hypotheses apart (knowledge/experiments.json):
     it confirms one of the top two and speaks against the other; else it tests the first. A known
     issue behind the first cause names its own test (its fix, tried once)."""
-    from hangdoctor.knowledge import engine
+    from hangdoctor.knowledge import matcher
 
     if not causes:
         return None
     top = [c["id"] for c in causes[:3]]
-    view = engine.View(facts=facts or {})
+    view = matcher.View(facts=facts or {})
     named = [k.get("experiment") for k in known or [] if k.get("cause") == top[0] and k.get("experiment")]
     best, best_score = None, 0
-    for e in engine.experiments():
+    for e in matcher.experiments():
         if named and e["id"] == named[0]:
             best, best_score = e, 999
             break
-        if e.get("when") and not engine.holds(e["when"], view, []):
+        if e.get("when") and not matcher.holds(e["when"], view, []):
             continue
-        if e.get("unless") and engine.holds(e["unless"], view, []):
+        if e.get("unless") and matcher.holds(e["unless"], view, []):
             continue  # already tried (e.g. NCCL_P2P_DISABLE=1 is set)
         conf, out = set(e["confirms"]), set(e["rules_out"])
         score = 0

@@ -244,7 +244,7 @@ def experiments() -> list[dict[str, Any]]:
 
 def validate() -> list[str]:
     """Problems in the data files: unknown causes, bad regexes, missing fields."""
-    from hangdoctor.triage.causes import CAUSES
+    from hangdoctor.knowledge.causes import CAUSES
 
     problems = []
     seen: set[str] = set()

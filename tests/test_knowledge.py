@@ -5,36 +5,15 @@ and the knowledge check reaches the report: known issues linked, the next experi
 
 from __future__ import annotations
 
-import re
-from pathlib import Path
-
 import pytest
 
 from hangdoctor.evidence.model import Evidence
-from hangdoctor.knowledge import matcher
+from hangdoctor.knowledge import matcher, packs
 from hangdoctor.parsers.assemble import analyze_inputs
 from hangdoctor.triage.analyze import analyze
 
-SAMPLES = Path(matcher.HERE) / "samples"
-HEADER = re.compile(r"^### (fires|ok): (\S+)\s*$")
-
-
-def _samples(name: str) -> list[tuple[str, str, str]]:
-    """(kind, id, text) for every sample of one file."""
-    out: list[tuple[str, str, str]] = []
-    cur: list = []
-    for line in (SAMPLES / name).read_text(encoding="utf-8").splitlines():
-        m = HEADER.match(line)
-        if m:
-            cur = [m.group(1), m.group(2), []]
-            out.append(cur)  # type: ignore[arg-type]
-        elif cur and not (line.startswith("# ") and not cur[2]):
-            cur[2].append(line)
-    return [(k, i, "\n".join(t).strip() + "\n") for k, i, t in out]
-
-
-RULE_SAMPLES = _samples("rules.txt")
-ISSUE_SAMPLES = _samples("known_issues.txt")
+RULE_SAMPLES = packs.BUILTIN.samples("rules")
+ISSUE_SAMPLES = packs.BUILTIN.samples("known_issues")
 
 
 def _matched(text: str) -> tuple[set[str], set[str]]:

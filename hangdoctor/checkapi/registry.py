@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import pkgutil
 import sys
 import traceback
@@ -18,8 +19,10 @@ from types import ModuleType
 
 from hangdoctor.checkapi.api import Check
 from hangdoctor.errors import UsageError
+from hangdoctor.knowledge import packs
 
 GROUP = "hangdoctor.checks"
+BUILTIN_VALUES = ("hangdoctor.checks", "hangdoctor.knowledge")
 
 
 def checks_in_module(module: ModuleType) -> list[Check]:
@@ -58,16 +61,41 @@ def builtin_checks() -> list[Check]:
     return checks_in_module(_import_builtin_package())
 
 
+def _pack_of_module(module: ModuleType, name: str, origin: str) -> packs.Pack | None:
+    """The knowledge pack in a check module's folder (a package's own folder), if any."""
+    where = getattr(module, "__file__", None)
+    if not where:
+        return None
+    return packs.pack_in(os.path.dirname(where), name, origin)
+
+
+def _checked_pack(pack: packs.Pack) -> list[str]:
+    """Problems that keep a pack out: unreadable files, bad entries."""
+    from hangdoctor.knowledge import matcher
+
+    try:
+        return [f"knowledge pack {pack.name}: {p}" for p in matcher.validate(pack)]
+    except packs.PackError as exc:
+        return [f"knowledge pack {pack.name}: {exc}"]
+
+
 def entry_point_checks(include_builtin: bool = True) -> tuple[list[Check], list[str]]:
-    """Checks from every installed distribution's ``hangdoctor.checks`` entry points."""
+    """Checks from every installed distribution's ``hangdoctor.checks`` entry points (and the
+    knowledge packs beside them: :func:`entry_point_packs`)."""
+    checks, _packs, problems = _entry_points(include_builtin)
+    return checks, problems
+
+
+def _entry_points(include_builtin: bool) -> tuple[list[Check], list[packs.Pack], list[str]]:
     # Imported here (~25 ms with email and csv): a diagnosis loads the checks while its probe
     # samples, and nothing before the connection should wait for it.
     from importlib.metadata import entry_points
 
     checks: list[Check] = []
+    found: list[packs.Pack] = []
     problems: list[str] = []
     for ep in entry_points(group=GROUP):
-        if ep.value == "hangdoctor.checks" and not include_builtin:
+        if ep.value in BUILTIN_VALUES and not include_builtin:
             continue
         try:
             obj = ep.load()
@@ -78,9 +106,12 @@ def entry_point_checks(include_builtin: bool = True) -> tuple[list[Check], list[
             checks.append(obj)
         elif isinstance(obj, ModuleType):
             checks.extend(checks_in_module(obj))
+            pack = _pack_of_module(obj, f"{ep.name} ({ep.value})", "entry point")
+            if pack is not None:
+                found.append(pack)
         else:
             problems.append(f"entry point {ep.name} = {ep.value} is neither a Check nor a module")
-    return checks, problems
+    return checks, found, problems
 
 
 def require_checks_dir(path: str) -> Path:
@@ -91,6 +122,8 @@ def require_checks_dir(path: str) -> Path:
 
 
 def load_checks_dir(path: str) -> list[Check]:
+    """The check modules (``*.py``) of a ``--checks-dir``; its knowledge pack, if it holds one,
+    comes from :func:`checks_dir_pack`."""
     directory = require_checks_dir(path)
     out: list[Check] = []
     for file in sorted(directory.glob("*.py")):
@@ -109,16 +142,44 @@ def load_checks_dir(path: str) -> list[Check]:
     return out
 
 
+def checks_dir_pack(path: str) -> packs.Pack | None:
+    """The knowledge pack of a ``--checks-dir``; a broken one is refused like a check module that
+    fails to import."""
+    pack = packs.pack_in(str(require_checks_dir(path)), path, "--checks-dir")
+    if pack is None:
+        return None
+    bad = _checked_pack(pack)
+    if bad:
+        more = f" (and {len(bad) - 1} more)" if len(bad) > 1 else ""
+        raise UsageError(bad[0] + more, "fix or remove the knowledge file")
+    return pack
+
+
 def all_checks(checks_dirs: list[str] | None = None, third_party: bool = True) -> tuple[list[Check], list[str]]:
     """Built-in checks (always), then entry-point ones, then ``--checks-dir`` ones; de-duplicated
-    by id (the first wins: a third-party check cannot silently replace a built-in one)."""
+    by id (the first wins: a third-party check cannot silently replace a built-in one).
+
+    The knowledge packs found on the way (beside entry-point modules, in ``--checks-dir``
+    folders) become the active ones (:func:`hangdoctor.knowledge.packs.use`), after the built-in
+    pack; a broken entry-point pack is left out with a warning."""
     checks = builtin_checks()
     problems: list[str] = []
+    found: list[packs.Pack] = []
     if third_party:
-        extra, problems = entry_point_checks(include_builtin=False)
+        extra, ep_packs, problems = _entry_points(include_builtin=False)
         checks += extra
+        for pack in ep_packs:
+            bad = _checked_pack(pack)
+            problems.extend(bad[:3])
+            if not bad:
+                found.append(pack)
     for d in checks_dirs or []:
         checks += load_checks_dir(d)
+        pack = checks_dir_pack(d)
+        if pack is not None:
+            found.append(pack)
+    packs.use(found)
+    problems.extend(packs.duplicates(packs.active()))
     seen: set[str] = set()
     unique: list[Check] = []
     for c in checks:

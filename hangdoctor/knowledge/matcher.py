@@ -15,17 +15,16 @@ A matcher (``when``) is ``{"all": [...], "any": [...], "not": [...]}``; each con
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, Iterable
 
+from hangdoctor.knowledge import packs
 from hangdoctor.knowledge.audit import derive
 from hangdoctor.knowledge.facts import extract, version_tuple
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = packs.HERE
 KINDS = ("text", "tail", "last", "log", "kernel", "frame", "top", "env", "cmd")
 TAIL_LINES = 5  # "the last thing it printed": the last lines of each input / log
 _NOT_CONTENT = re.compile(r"^\s*(?:```\w*|\.\.\.|…|\[\.\.\..*\.\.\.\]|<details>.*|</details>)?\s*$")
@@ -221,30 +220,29 @@ def evaluate(entries: list[dict[str, Any]], view: View) -> list[Match]:
     return out
 
 
-def _load(name: str) -> list[dict[str, Any]]:
-    with open(os.path.join(HERE, name), encoding="utf-8") as f:
-        data = json.load(f)
-    return data[name.split(".")[0]]
-
-
-@lru_cache(maxsize=1)
 def rules() -> list[dict[str, Any]]:
-    return _load("rules.json")
+    """The mechanism rules of every active knowledge pack (:mod:`hangdoctor.knowledge.packs`)."""
+    return packs.merged("rules")
 
 
-@lru_cache(maxsize=1)
 def known_issues() -> list[dict[str, Any]]:
-    return _load("known_issues.json")
+    return packs.merged("known_issues")
 
 
-@lru_cache(maxsize=1)
 def experiments() -> list[dict[str, Any]]:
-    return _load("experiments.json")
+    return packs.merged("experiments")
 
 
-def validate() -> list[str]:
-    """Problems in the data files: unknown causes, bad regexes, missing fields."""
+def validate(pack: packs.Pack | None = None) -> list[str]:
+    """Problems in the data files of one pack (default: every active one): unknown causes, bad
+    regexes, missing fields, duplicate ids."""
     from hangdoctor.knowledge.causes import CAUSES
+
+    if pack is None:
+        kinds = {k: packs.merged(k) for k in packs.KINDS}
+    else:
+        kinds = {k: pack.entries(k) for k in packs.KINDS}
+    known_experiments = {x.get("id") for x in experiments()} | {x.get("id") for x in kinds["experiments"]}
 
     problems = []
     seen: set[str] = set()
@@ -265,7 +263,7 @@ def validate() -> list[str]:
             for c in cond.get(key) or []:
                 walk(c, where)
 
-    for kind, entries in (("rule", rules()), ("known issue", known_issues())):
+    for kind, entries in (("rule", kinds["rules"]), ("known issue", kinds["known_issues"])):
         for e in entries:
             where = f"{kind} {e.get('id')}"
             for key in ("id", "cause", "weight", "when", "summary"):
@@ -282,9 +280,9 @@ def validate() -> list[str]:
                 for key in ("url", "project", "affected", "workaround"):
                     if key not in e:
                         problems.append(f"{where}: missing {key!r}")
-                if e.get("experiment") and e["experiment"] not in {x["id"] for x in experiments()}:
+                if e.get("experiment") and e["experiment"] not in known_experiments:
                     problems.append(f"{where}: unknown experiment {e['experiment']!r}")
-    for x in experiments():
+    for x in kinds["experiments"]:
         for key in ("id", "toggle", "confirms", "rules_out", "if_fixed", "if_not"):
             if key not in x:
                 problems.append(f"experiment {x.get('id')}: missing {key!r}")

@@ -1,4 +1,8 @@
-"""Helpers for the container checks (not a check module: the name starts with _)."""
+"""Helpers for the container checks (not a check module: the name starts with _).
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """Is anything moving over the window? Slow is not hung: CPU with changing stacks, a growing
-log, read bytes, busy GPUs, compiler children."""
+log, read bytes, busy GPUs, compiler children.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

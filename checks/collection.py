@@ -1,4 +1,8 @@
-"""What could not be collected, and why: permission problems explained with their remedy."""
+"""What could not be collected, and why: permission problems explained with their remedy.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""OOM kills and memory limits of the container's cgroup."""
+"""OOM kills and memory limits of the container's cgroup.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Which container each diagnosed process lives in, and its PIDs in both namespaces."""
+"""Which container each diagnosed process lives in, and its PIDs in both namespaces.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

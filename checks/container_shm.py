@@ -1,4 +1,8 @@
-"""A container's /dev/shm too small or full for the NCCL / shared-memory users inside it."""
+"""A container's /dev/shm too small or full for the NCCL / shared-memory users inside it.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

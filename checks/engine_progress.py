@@ -6,6 +6,9 @@ samples, a worker in the same step in both samples. Forward progress: the engine
 (generated tokens, finished requests) grew, a client got bytes back, a rank's stack moved. An
 API that answers while work is in flight and nothing progresses is a stuck engine: vLLM's
 /health stays 200 then (it only says the engine is not known dead).
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The environment audit: versions, NCCL source, MPI, interposers, topology, container settings."""
+"""The environment audit: versions, NCCL source, MPI, interposers, topology, container settings.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

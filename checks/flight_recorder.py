@@ -1,4 +1,8 @@
-"""PyTorch Flight Recorder dumps: the collective each rank entered and never finished."""
+"""PyTorch Flight Recorder dumps: the collective each rank entered and never finished.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

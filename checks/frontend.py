@@ -1,4 +1,8 @@
-"""The API front end stuck while the engine is fine."""
+"""The API front end stuck while the engine is fine.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""NVML that hangs or fails, GPUs lost, ECC errors: the GPU itself is at fault."""
+"""NVML that hangs or fails, GPUs lost, ECC errors: the GPU itself is at fault.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

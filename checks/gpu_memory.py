@@ -1,4 +1,8 @@
-"""GPU memory at the limit: CUDA out of memory during load or warm-up."""
+"""GPU memory at the limit: CUDA out of memory during load or warm-up.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

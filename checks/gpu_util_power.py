@@ -1,4 +1,8 @@
-"""GPU utilisation read against power (FIELD-NOTES: utilisation alone lies)."""
+"""GPU utilisation read against power (FIELD-NOTES: utilisation alone lies).
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

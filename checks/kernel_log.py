@@ -1,4 +1,8 @@
-"""The kernel log: NVIDIA Xid errors, OOM-killer reports, PCIe AER errors, hung tasks."""
+"""The kernel log: NVIDIA Xid errors, OOM-killer reports, PCIe AER errors, hung tasks.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Field knowledge: the mechanism rules and known upstream issues of ``hangdoctor/knowledge``."""
+"""Field knowledge: the mechanism rules and known upstream issues of ``hangdoctor/knowledge``.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Errors in the server log: OOMs, shared memory, SIGBUS, shard exits, locks, rendezvous, NCCL."""
+"""Errors in the server log: OOMs, shared memory, SIGBUS, shard exits, locks, rendezvous, NCCL.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

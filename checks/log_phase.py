@@ -1,5 +1,9 @@
 """Where the server log stops: loading done then silence, loading stuck, compiling, capturing
-CUDA graphs, serving then silence."""
+CUDA graphs, serving then silence.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Memory anomalies: host RAM exhausted, swapping, /dev/shm small or full; high VMS explained."""
+"""Memory anomalies: host RAM exhausted, swapping, /dev/shm small or full; high VMS explained.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""The NCCL / torch.distributed environment: per-rank differences and settings known to hang."""
+"""The NCCL / torch.distributed environment: per-rank differences and settings known to hang.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

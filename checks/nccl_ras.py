@@ -1,4 +1,8 @@
-"""NCCL RAS: ranks reported missing, collective counts that differ between ranks and do not move."""
+"""NCCL RAS: ranks reported missing, collective counts that differ between ranks and do not move.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

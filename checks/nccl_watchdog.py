@@ -1,4 +1,8 @@
-"""PyTorch NCCL watchdog lines: collective sequence numbers that differ between ranks."""
+"""PyTorch NCCL watchdog lines: collective sequence numbers that differ between ranks.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

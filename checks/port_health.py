@@ -1,4 +1,8 @@
-"""Does the server answer? The port is what tells an idle healthy server from a deadlock."""
+"""Does the server answer? The port is what tells an idle healthy server from a deadlock.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

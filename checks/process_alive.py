@@ -1,5 +1,9 @@
 """Is the server alive? Root gone, zombie or stopped processes, threads in D state; blocked
-opening or reading a FIFO; waiting for a file lock that another process holds; not Python."""
+opening or reading a FIFO; waiting for a file lock that another process holds; not Python.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Are all the ranks the job expects alive? A missing rank leaves the others waiting."""
+"""Are all the ranks the job expects alive? A missing rank leaves the others waiting.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """Cross-rank reasoning on stacks: ranks in different collectives, or a rank outside any
-collective while the others wait in one (nccl-desync), and the spinning-kernel look-alike."""
+collective while the others wait in one (nccl-desync), and the spinning-kernel look-alike.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

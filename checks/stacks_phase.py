@@ -1,5 +1,9 @@
 """Which phase the stacks are stuck in: rendezvous, NCCL init, graph capture, file reads,
-file locks, compilation."""
+file locks, compilation.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """Every worker parked in a receive or wait, nothing moving: the post-load deadlock picture.
-Also: a thread blocked acquiring a ``threading.Lock`` that another thread holds."""
+Also: a thread blocked acquiring a ``threading.Lock`` that another thread holds.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""Driver / runtime / library versions known not to work together."""
+"""Driver / runtime / library versions known not to work together.
+
+Layer: checks; may import: hangdoctor.checkapi, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
+"""
 
 from __future__ import annotations
 

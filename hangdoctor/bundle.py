@@ -16,6 +16,9 @@ top-level folder. Writing is atomic: a temporary name in the same folder, then a
 interrupted run never leaves half a bundle under the final name.
 
 Pure file work: no collection, no click. Reports are rendered with ``hangdoctor.report``.
+
+Layer: bundle; may import: hangdoctor.bundle, hangdoctor.watch, hangdoctor.report,
+hangdoctor.triage, hangdoctor.snapshot and the foundation.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@
   derived (``NAME.snapshot.json`` next to ``-o NAME.html``) is refused when a symlink sits there.
 - The umask is honoured (reports hold command lines, log tails and locals; a umask of 077
   means 0600), in tar members too.
+
+Layer: foundation; may import: the standard library only.
 """
 
 from __future__ import annotations

@@ -8,6 +8,8 @@ Secrets are recognised two ways, because collectors that redact by key name alon
 - by **value**: strings shaped like a secret wherever they appear (HF tokens ``hf_...``,
   ``sk-...`` keys, AWS key ids, bearer tokens, ``user:pass@`` in URLs, JWT-looking strings,
   private key blocks), in command lines, log lines, py-spy locals and free text.
+
+Layer: foundation; may import: the standard library only.
 """
 
 from __future__ import annotations

@@ -7,6 +7,8 @@ terminal: ``ESC [2J`` clears the screen, ``ESC ] 0;...BEL`` retitles the window,
 makes a link that says one thing and opens another, U+202E reverses the text after it. Every
 line hangdoctor prints goes through :func:`clean_text`; every string of a snapshot goes through
 :func:`clean_value` before analysis (see snapshot/normalize.py).
+
+Layer: foundation; may import: the standard library only.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ incident can fire: one action per incident, not per poll.
 Bounded and steady over hours: the state is a handful of scalars (no lists that grow), every
 poll has a timeout, and a stop request (SIGTERM / SIGINT, set by the CLI) ends the loop after
 the current step. It never signals the watched server; only the user's ``--then`` may.
+
+Layer: bundle; may import: hangdoctor.bundle, hangdoctor.watch, hangdoctor.report,
+hangdoctor.triage, hangdoctor.snapshot and the foundation.
 """
 
 from __future__ import annotations

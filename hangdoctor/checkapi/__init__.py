@@ -1,4 +1,8 @@
-"""The check API (see api.py) and the registry that finds checks."""
+"""The check API (see api.py) and the registry that finds checks.
+
+Layer: checkapi; may import: the standard library, hangdoctor.checkapi, hangdoctor.evidence,
+hangdoctor.knowledge and the foundation.
+"""
 
 from hangdoctor.checkapi.api import (
     CLEARED,

@@ -12,6 +12,9 @@ Verdicts: **fired** (at least one signal for a cause or a finding), **cleared** 
 evidence and ruled its causes out; may carry signals against them), **skipped** (evidence
 missing: the runner does this from ``needs``, or the check returns :func:`skipped`), and
 **errored** (the check raised; the runner keeps the traceback and goes on).
+
+Layer: checkapi; may import: the standard library, hangdoctor.checkapi, hangdoctor.evidence,
+hangdoctor.knowledge and the foundation.
 """
 
 from __future__ import annotations

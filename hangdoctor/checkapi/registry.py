@@ -4,6 +4,15 @@ A *check module* is any module that defines :class:`Check` objects at top level.
 checks are the modules of ``hangdoctor.checks`` (the repo's ``checks/``), registered through the
 ``hangdoctor.checks`` entry-point group like any third-party package; ``--checks-dir DIR``
 loads every ``*.py`` file there as a check module.
+
+Field knowledge travels the same way: a registered module or package whose folder holds a
+knowledge pack (``rules.json``, ``known_issues.json``, ``experiments.json``: see
+:mod:`hangdoctor.knowledge.packs`), and a ``--checks-dir`` that holds one, add their rules and
+known issues to the built-in ones (``hangdoctor.knowledge``, registered as ``knowledge`` in the
+same group).
+
+Layer: checkapi; may import: the standard library, hangdoctor.checkapi, hangdoctor.knowledge
+and the foundation.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Runs checks over the evidence: skips what lacks evidence, keeps going past a crash."""
+"""Runs checks over the evidence: skips what lacks evidence, keeps going past a crash.
+
+Layer: checkapi; may import: the standard library, hangdoctor.checkapi, hangdoctor.evidence,
+hangdoctor.knowledge and the foundation.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,9 @@
 the engine's own signals (health, metrics, connections, stats line, canary) said over the window.
 
 Built from the evidence views (``Evidence``) and an engine model; pure.
+
+Layer: evidence; may import: the standard library, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge, hangdoctor.snapshot and the foundation.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ Samples::
     [ 7000.1] pcieport 0000:16:02.0: AER: Uncorrected (Fatal) error received: 0000:19:00.0
     [ 7100.2] python3[46301]: segfault at 0 ip 00007f... sp 00007ffd... error 4 in libc.so.6[7f...+195000]
     [ 7200.3] INFO: task python3:46302 blocked for more than 120 seconds.
+
+Layer: evidence; may import: the standard library, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge, hangdoctor.snapshot and the foundation.
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Checks read these and nothing else. Absent data is ``None`` (unknown), never zero: a pasted
 dump has no timing, and a check must say so instead of reading it as "idle".
+
+Layer: evidence; may import: the standard library, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge, hangdoctor.snapshot and the foundation.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ describes it). Checks ask this view, never the raw documents:
   counts, the ranks RAS reports missing, and each rank's status flags;
 - ``fr_ranks``: per Flight Recorder dump (one per rank), per process group, the last collective
   that completed and the first one that did not (the collective the rank entered and is stuck in).
+
+Layer: evidence; may import: the standard library, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge, hangdoctor.snapshot and the foundation.
 """
 
 from __future__ import annotations

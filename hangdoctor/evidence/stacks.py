@@ -16,6 +16,9 @@ Frames are innermost first (py-spy order). ``wait_kind`` names what a thread is 
 ``running``               active on the CPU in other code
 ``unknown``               parked somewhere not recognised
 ========================  =========================================================
+
+Layer: evidence; may import: the standard library, hangdoctor.evidence, hangdoctor.engines,
+hangdoctor.knowledge, hangdoctor.snapshot and the foundation.
 """
 
 from __future__ import annotations

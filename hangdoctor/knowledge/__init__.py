@@ -10,6 +10,8 @@
   not (written for the mechanism, not copied from a report); ``tests/test_knowledge.py`` runs them.
 
 ``checks/knowledge.py`` evaluates all of it, on live snapshots and pasted evidence alike.
+
+Layer: knowledge; may import: the standard library, hangdoctor.knowledge and the foundation.
 """
 
 from hangdoctor.knowledge.matcher import (  # noqa: F401

@@ -1,6 +1,8 @@
 """The environment audit: facts derived from the extracted ones and ``environment.json`` (known
 pairings and minimum versions, each with its public source), and a short summary of the
 environment for the report.
+
+Layer: knowledge; may import: the standard library, hangdoctor.knowledge and the foundation.
 """
 
 from __future__ import annotations

@@ -2,6 +2,8 @@
 
 Ids are what scripts and tests match on: add, never rename. ``{pid}``, ``{pids}``, ``{host}``
 and ``{port}`` in next steps are filled from the evidence when known.
+
+Layer: knowledge; may import: the standard library, hangdoctor.knowledge and the foundation.
 """
 
 from __future__ import annotations

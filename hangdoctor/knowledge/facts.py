@@ -3,6 +3,8 @@ dumps, collect_env, NCCL INFO lines, nvidia-smi, logs): versions, parallelism, c
 NCCL settings, the GPUs. Pure functions of lines; no I/O.
 
 A fact is a value (str, int, bool) or a list of values; rules compare them (``rules.json``).
+
+Layer: knowledge; may import: the standard library, hangdoctor.knowledge and the foundation.
 """
 
 from __future__ import annotations

@@ -11,6 +11,8 @@ A matcher (``when``) is ``{"all": [...], "any": [...], "not": [...]}``; each con
 - ``{"fact": NAME}`` (present and true), with ``"eq"``, ``"re"``, ``"lt"``/``"le"``/``"ge"``/
   ``"gt"`` (versions compare part by part; a list fact matches when any element does);
 - ``{"all"|"any"|"not": [...]}``: nesting.
+
+Layer: knowledge; may import: the standard library, hangdoctor.knowledge and the foundation.
 """
 
 from __future__ import annotations

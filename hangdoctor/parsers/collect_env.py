@@ -5,6 +5,9 @@ PyTorch version: 2.5.1+cu124                        (PyTorch / older vLLM)
 Nvidia driver version: 550.54.15
 [pip3] nvidia-nccl-cu12==2.21.5
 vLLM Version: 0.6.3.post1
+
+Layer: parsers; may import: the standard library, hangdoctor.parsers, hangdoctor.snapshot and
+the foundation.
 """
 
 from __future__ import annotations

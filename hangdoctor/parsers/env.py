@@ -4,6 +4,9 @@
     NCCL_P2P_DISABLE=1
     export HF_TOKEN=hf_...            -> [REDACTED]
     declare -x CUDA_VISIBLE_DEVICES="0,1"
+
+Layer: parsers; may import: the standard library, hangdoctor.parsers, hangdoctor.snapshot and
+the foundation.
 """
 
 from __future__ import annotations

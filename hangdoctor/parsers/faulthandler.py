@@ -16,6 +16,9 @@
 "most recent call first" is innermost first already. faulthandler names no pid and no thread
 names, so the dump is given a synthetic process; a second dump of the same thread ids (a
 repeating ``dump_traceback_later``) is a second sample of it.
+
+Layer: parsers; may import: the standard library, hangdoctor.parsers, hangdoctor.snapshot and
+the foundation.
 """
 
 from __future__ import annotations

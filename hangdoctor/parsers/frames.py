@@ -1,5 +1,9 @@
 """Shared shapes for pasted stacks: frames and threads in py-spy JSON shape, innermost first,
-plus the ranks and roles that process names and command lines give away."""
+plus the ranks and roles that process names and command lines give away.
+
+Layer: parsers; may import: the standard library, hangdoctor.parsers, hangdoctor.snapshot and
+the foundation.
+"""
 
 from __future__ import annotations
 

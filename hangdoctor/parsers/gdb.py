@@ -8,6 +8,9 @@
 Frames are innermost first already; every frame is native. gdb names no pid, so a backtrace is
 given a synthetic process (``hangdoctor analyze`` says so). A poster's gap (frame numbers that
 skip, an excerpt cut mid-frame) is kept as a note.
+
+Layer: parsers; may import: the standard library, hangdoctor.parsers, hangdoctor.snapshot and
+the foundation.
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ Default table rows (driver 550+; older drivers differ only in spacing)::
     |   0  NVIDIA H200                    On  |   00000000:19:00.0 Off |                    0 |
     | N/A   35C    P0            119W /  700W |   21500MiB / 143771MiB |    100%      Default |
     |    0   N/A  N/A           46295      C   python3                           21000MiB |
+
+Layer: parsers; may import: the standard library, hangdoctor.parsers, hangdoctor.snapshot and
+the foundation.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@
 
 ps's %CPU is a lifetime average, not the window rate the live probe measures, so it is kept as
 ``ps_cpu_pct`` and ``cpu_pct`` stays absent (unknown).
+
+Layer: parsers; may import: the standard library, hangdoctor.parsers, hangdoctor.snapshot and
+the foundation.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ after the other; a dict ``{pid: [threads]}``. Sample thread::
      "frames": [{"name": "all_reduce", "filename": "/.../torch/distributed/distributed_c10d.py",
                  "short_filename": "torch/distributed/distributed_c10d.py", "line": 3252,
                  "locals": null, "is_entry": false}]}
+
+Layer: parsers; may import: the standard library, hangdoctor.parsers, hangdoctor.snapshot and
+the foundation.
 """
 
 from __future__ import annotations

@@ -17,6 +17,9 @@ Recognised, with or without the shell prompt line before each dump::
 
 py-spy prints frames innermost first, as the snapshot wants them. A paste cut short keeps what
 it had and is marked ``truncated``.
+
+Layer: parsers; may import: the standard library, hangdoctor.parsers, hangdoctor.snapshot and
+the foundation.
 """
 
 from __future__ import annotations

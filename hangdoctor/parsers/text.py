@@ -1,4 +1,8 @@
-"""Line hygiene shared by the parsers."""
+"""Line hygiene shared by the parsers.
+
+Layer: parsers; may import: the standard library, hangdoctor.parsers, hangdoctor.snapshot and
+the foundation.
+"""
 
 from __future__ import annotations
 

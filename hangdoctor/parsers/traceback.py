@@ -13,6 +13,9 @@ evidence (``traceback`` events in the log view)::
 "most recent call last" is outermost first: frames are reversed to innermost first. Chained
 tracebacks ("During handling of the above exception ...") are one block; the last one is the
 stack.
+
+Layer: parsers; may import: the standard library, hangdoctor.parsers, hangdoctor.snapshot and
+the foundation.
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ hostile text. The view fills missing keys with empty values, coerces every numbe
 rendering puts into markup (CSS widths, SVG coordinates) to a finite float, and precomputes the
 joins the templates need (odd ranks, power limits per GPU, log lines that carry events). Strings
 stay strings: escaping is the renderer's job.
+
+Layer: report; may import: the standard library, jinja2, hangdoctor.report and the foundation
+(it reads the analysis model only).
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ Same order as the HTML. Text outside code blocks is escaped so that data never b
 HTML or Markdown structure on GitHub; code blocks use a fence longer than any backtick run in
 their content. When the report is over its byte budget the least important sections are
 shortened first, then left out, and the report says which.
+
+Layer: report; may import: the standard library, jinja2, hangdoctor.report and the foundation
+(it reads the analysis model only).
 """
 
 from __future__ import annotations

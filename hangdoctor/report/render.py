@@ -3,6 +3,9 @@
 HTML comes from jinja2 templates (user template folders first, then the built-in ones shipped
 as ``hangdoctor.templates``) with autoescape on. Markdown and the terminal summary are built in
 Python (``markdown.py``, ``terminal.py``) because they need byte budgets and their own escaping.
+
+Layer: report; may import: the standard library, jinja2, hangdoctor.report and the foundation
+(it reads the analysis model only).
 """
 
 from __future__ import annotations

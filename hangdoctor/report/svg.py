@@ -2,6 +2,9 @@
 
 Only numbers that this module formats itself reach the SVG markup: values are coerced to finite
 floats and anything else is dropped, so a hostile series cannot inject markup or attributes.
+
+Layer: report; may import: the standard library, jinja2, hangdoctor.report and the foundation
+(it reads the analysis model only).
 """
 
 from __future__ import annotations

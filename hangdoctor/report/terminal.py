@@ -8,6 +8,9 @@ Width: ``width=None`` cuts nothing (stdout is a file or a pipe, or ``--wide``). 
 (the terminal's), the verdict and the headline wrap, since they are the answer; the cause rows
 are cut, with a note saying what shows them whole; the next command is never cut: it wraps
 at spaces with shell continuations, so it can still be copied and run.
+
+Layer: report; may import: the standard library, jinja2, hangdoctor.report and the foundation
+(it reads the analysis model only).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ inference servers' workers do. The launcher and every worker end on their own:
 * workers set ``PR_SET_PDEATHSIG`` = SIGKILL, so a killed launcher takes them along;
 * the pipes the workers wait on are written by the launcher only, so its death also turns
   their wait into EOF.
+
+Layer: scenarios; may import: the standard library, torch and hangdoctor.scenarios (each runs as
+its own program).
 """
 
 from __future__ import annotations

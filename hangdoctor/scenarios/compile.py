@@ -7,6 +7,9 @@ a hang.
 
 Run: ``python3 -m hangdoctor.scenarios.compile --workers 2 --log /tmp/x.log
 --ready-file /tmp/ready.json``.
+
+Layer: scenarios; may import: the standard library, torch and hangdoctor.scenarios (each runs as
+its own program).
 """
 
 from __future__ import annotations

@@ -12,6 +12,9 @@ With ``--fr-dump PREFIX`` the ranks keep PyTorch's Flight Recorder (``TORCH_FR_B
 once inside the mismatched collective, each writes its dump to ``PREFIX<rank>`` as NCCL's
 watchdog does on a timeout with ``TORCH_NCCL_DUMP_ON_TIMEOUT=1`` (gloo has no such watchdog):
 real Flight Recorder records of real ranks, ``TORCH_FR_DUMP_TEMP_FILE`` set in their environment.
+
+Layer: scenarios; may import: the standard library, torch and hangdoctor.scenarios (each runs as
+its own program).
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@ the two apart.
 
 Run: ``python3 -m hangdoctor.scenarios.healthy --port 0 --log /tmp/x.log
 --ready-file /tmp/ready.json`` (port 0 picks a free port; the ready file names it).
+
+Layer: scenarios; may import: the standard library, torch and hangdoctor.scenarios (each runs as
+its own program).
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 
 Stdlib only. A scenario runs in its own session / process group, so ``stop()`` ends every
 process of it with one ``killpg``.
+
+Layer: scenarios; may import: the standard library, torch and hangdoctor.scenarios (each runs as
+its own program).
 """
 
 from __future__ import annotations

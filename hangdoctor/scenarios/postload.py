@@ -10,6 +10,9 @@ does not reap it (it stays a zombie) and the others keep waiting.
 
 Run: ``python3 -m hangdoctor.scenarios.postload --tensor-parallel-size 4 --log /tmp/x.log
 --ready-file /tmp/ready.json``.
+
+Layer: scenarios; may import: the standard library, torch and hangdoctor.scenarios (each runs as
+its own program).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Reading and writing snapshots: versioned JSON, validated on the way in."""
+"""Reading and writing snapshots: versioned JSON, validated on the way in.
+
+Layer: snapshot; may import: the standard library, hangdoctor.snapshot and the foundation.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """Make any snapshot safe for the evidence views: fields of the wrong type are dropped (absent =
 unknown), never passed on to crash a check. Applied to every snapshot before analysis, whether
 it came from a live probe, a file on disk or the parsers of pasted text.
+
+Layer: snapshot; may import: the standard library, hangdoctor.snapshot and the foundation.
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""Where the evidence lives: the local host, SSH hosts, containers, pods, exec pipes."""
+"""Where the evidence lives: the local host, SSH hosts, containers, pods, exec pipes.
+
+Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
+"""
 
 from __future__ import annotations
 

@@ -12,6 +12,9 @@
   pyOpenSSL its ``asyncssh.crypto.x509`` module still imports ``cryptography.x509`` (~25 ms)
   before it fails and asyncssh goes on without X.509. When pyOpenSSL is missing that module is
   not tried at all: the same outcome, sooner. With pyOpenSSL installed nothing changes.
+
+Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
 """
 
 from __future__ import annotations

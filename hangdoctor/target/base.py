@@ -1,4 +1,8 @@
-"""Where the evidence lives. Everything that touches the outside world sits behind a Target."""
+"""Where the evidence lives. Everything that touches the outside world sits behind a Target.
+
+Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
+"""
 
 from __future__ import annotations
 

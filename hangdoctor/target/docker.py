@@ -5,6 +5,9 @@ limits. Alongside the probe, ``docker inspect`` gives the runtime's view (id, im
 of its init, --shm-size, --ipc, capabilities, memory limit, GPUs requested, OOMKilled), and
 after the window ``docker logs`` gives what the server printed (the runtime keeps its stdout).
 The docker CLI honours DOCKER_HOST and DOCKER_CONTEXT as usual; ``--context`` picks one.
+
+Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ Alongside the probe, ``kubectl get pod -o json`` gives the runtime's view: node,
 id, image, restarts and why the last one ended (``OOMKilled``), resource limits, the
 securityContext's capabilities, whether /dev/shm is a memory emptyDir and its sizeLimit, the
 GPUs requested. After the window ``kubectl logs`` gives what the server printed.
+
+Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ The cluster's own tools expand the list and reach each member; hangdoctor schedu
 - ``k8s:SELECTOR``: ``kubectl get pods -l SELECTOR -o json`` lists the pods; each running
   one is a ``k8s:NS/POD`` target. A leading ``NAMESPACE/`` (a DNS label followed by ``/``)
   limits it to one namespace; without it, kubectl's current namespace.
+
+Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
 """
 
 from __future__ import annotations

@@ -1,4 +1,8 @@
-"""The local host: the probe runs in this process, in a worker thread, without SSH."""
+"""The local host: the probe runs in this process, in a worker thread, without SSH.
+
+Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
+"""
 
 from __future__ import annotations
 

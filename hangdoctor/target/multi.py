@@ -1,4 +1,8 @@
-"""Several hosts at once: parse what the user typed, collect concurrently under one deadline."""
+"""Several hosts at once: parse what the user typed, collect concurrently under one deadline.
+
+Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
+"""
 
 from __future__ import annotations
 

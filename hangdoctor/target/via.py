@@ -5,6 +5,9 @@ stdout in the target's namespaces: ``podman exec -i NAME``, ``nsenter -t PID -a`
 The command line is split as a POSIX shell would, and ``sh -c SCRIPT`` is appended to it as
 arguments. ``ssh`` joins its arguments into one command line for the remote shell, so after
 ``ssh`` the script is appended as one quoted word instead.
+
+Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ Scoring: each cause's signals combine like independent pieces of evidence. The s
 ``1 - prod(1 - w)`` over signals for it, then each signal against it multiplies by ``1 - |w|``.
 So two moderate signals beat one, and a strong counter-signal (the port answers) sinks a
 cause whatever spoke for it.
+
+Layer: triage; may import: hangdoctor.triage, hangdoctor.checkapi, hangdoctor.evidence,
+hangdoctor.engines, hangdoctor.knowledge, hangdoctor.snapshot, hangdoctor.parsers and the
+foundation.
 """
 
 from __future__ import annotations

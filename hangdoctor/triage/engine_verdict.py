@@ -8,6 +8,10 @@ general verdict: an API that answers proves little, progress does.
 - idle with nothing in flight and the API answering: **healthy**;
 - an engine core or worker that exited: **dead** (the engines shut the server down then).
 Anything else (no engine model, starting up, no data) returns None: the general rules decide.
+
+Layer: triage; may import: hangdoctor.triage, hangdoctor.checkapi, hangdoctor.evidence,
+hangdoctor.engines, hangdoctor.knowledge, hangdoctor.snapshot, hangdoctor.parsers and the
+foundation.
 """
 
 from __future__ import annotations

@@ -212,8 +212,8 @@ def test_readme_flow_table_matches_the_tree() -> None:
     """Every folder of hangdoctor/ (and checks/, templates/) has its row in the README's flow
     table, and every path the table names exists."""
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    m = re.search(r"^## How it is built\n(.*?)(?=^## )", readme, re.M | re.S)
-    assert m, "README has no '## How it is built' section"
+    m = re.search(r"^## The flow, and where it lives\n(.*?)(?=^## )", readme, re.M | re.S)
+    assert m, "README has no '## The flow, and where it lives' section"
     section = m.group(1)
     named = set(re.findall(r"`((?:hangdoctor|checks|templates)/[\w/.]*)`", section))
     for path in named:

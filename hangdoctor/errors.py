@@ -1,4 +1,7 @@
-"""Errors that reach the user. Only cli.py turns them into messages and exit codes."""
+"""Errors that reach the user. Only hangdoctor.cli turns them into messages and exit codes.
+
+Layer: base (raised by every layer); may import: the standard library only.
+"""
 
 from __future__ import annotations
 

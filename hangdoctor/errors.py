@@ -1,4 +1,4 @@
-"""Errors that reach the user. Only cli.py turns them into messages and exit codes.
+"""Errors that reach the user. Only hangdoctor.cli turns them into messages and exit codes.
 
 Layer: foundation; may import: the standard library only.
 """

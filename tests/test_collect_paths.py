@@ -153,7 +153,7 @@ def test_the_analysis_warm_up_runs_at_the_lowest_cpu_priority(monkeypatch):
     from py-spy on the diagnosed host: that thread runs at nice 19."""
     import os
 
-    from hangdoctor import cli
+    from hangdoctor.cli import diagnosis
 
     calls = []
     real = os.setpriority
@@ -165,7 +165,7 @@ def test_the_analysis_warm_up_runs_at_the_lowest_cpu_priority(monkeypatch):
     monkeypatch.setattr(os, "setpriority", record)
     sleeper = subprocess.Popen(["sleep", "30"])
     try:
-        analysis, _, _ = cli._run_diagnosis(("localhost",), {
+        analysis, _, _ = diagnosis._run_diagnosis(("localhost",), {
             "pids": [str(sleeper.pid)], "window": 0.0, "deadline": 20.0, "no_gpu": True,
             "as_json": True})
     finally:

@@ -1,0 +1,88 @@
+"""``hangdoctor diagnose``: collect from the host(s), analyse, write the report and the snapshot.
+
+Layer: cli; may import: the standard library, click, hangdoctor and hangdoctor.cli's shared
+modules (options, diagnosis), never another command module.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from hangdoctor.cli.diagnosis import _run_diagnosis
+from hangdoctor.cli.options import (
+    EXIT_CODES_HELP,
+    _diagnose_options,
+    _emit,
+    _err,
+    _exit_code,
+    _output_options,
+    check_report_path,
+)
+from hangdoctor.errors import UsageError
+
+
+def _given_source_failed(results: list[Any], kw: dict[str, Any]) -> bool:
+    """A --log that does not exist on a host (found out there, after collection): exit 4, as
+    for a source that could not be collected; the summary says which and why. A log that is
+    there but could not be read whole (rotated into a FIFO mid-window) keeps the verdict's code."""
+    if not kw.get("log"):
+        return False
+    return any(isinstance(m, dict) and m.get("source") == "log" and m.get("status") == "failed"
+               and "No such file" in str(m.get("detail") or "")
+               for r in results for m in (r.snapshot or {}).get("manifest") or [])
+
+
+def _save_snapshots(path: str, results: list[Any], derived: bool = False) -> None:
+    snaps = [r.snapshot for r in results if r.snapshot is not None]
+    doc: Any = snaps[0] if len(snaps) == 1 else {"schema_version": 1, "hosts": snaps}
+    from hangdoctor.snapshot.io import write_snapshot_file
+
+    try:
+        write_snapshot_file(path, doc, derived=derived)
+    except OSError as exc:
+        raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "choose a writable path") from None
+
+
+@click.command("diagnose", epilog=EXIT_CODES_HELP)
+@click.argument("hosts", nargs=-1)
+@_diagnose_options
+@_output_options
+@click.option("--save-snapshot", type=click.Path(dir_okay=False), default=None,
+              help="save the raw snapshot JSON here (default: next to -o as NAME.snapshot.json)")
+def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
+    """Diagnose the inference server(s) on HOST: localhost, [user@]host[:port], an ssh alias,
+    docker:NAME or k8s:[NAMESPACE/]POD[/CONTAINER]."""
+    if not hosts and not kw.get("hosts_file") and not kw.get("via"):
+        raise UsageError("no host given", "hangdoctor diagnose localhost --pid PID")
+    # Every path is checked before the window starts, not after it.
+    check_report_path(kw.get("output"), kw.get("fmt"))
+    snap_path = kw.get("save_snapshot")
+    derived = False
+    from hangdoctor.outfile import companions_ok
+
+    if not snap_path and kw.get("output") and companions_ok(kw["output"]):
+        out = Path(kw["output"])
+        snap_path = str(out.with_name(out.stem + ".snapshot.json"))
+        derived = True  # a predictable name: never written through a symlink planted there
+    if snap_path:
+        check_report_path(snap_path, "json", "--save-snapshot" if kw.get("save_snapshot") else
+                          f"-o {kw.get('output')}: the snapshot saved next to it,")
+    analysis, results, wall_s = _run_diagnosis(hosts, kw)
+    analysis["wall_s"] = round(wall_s, 3)
+    extra = []
+    if snap_path and any(r.snapshot for r in results):
+        try:
+            _save_snapshots(snap_path, results, derived)
+            extra.append(f"snapshot: {snap_path}")
+        except UsageError as exc:
+            if not derived:
+                raise
+            _err(f"hangdoctor: warning: snapshot not saved: {exc.one_line()}")  # the report still is
+    _emit(analysis, kw.get("output"), kw.get("fmt"), kw.get("as_json", False), kw.get("quiet", False), extra,
+          wide=kw.get("wide", False), color=kw.get("color") or "auto")
+    failures = any(r.error for r in results) or _given_source_failed(results, kw)
+    sys.exit(_exit_code(analysis, failures))

@@ -89,6 +89,8 @@ def test_checks_dir_knowledge_pack_adds_a_rule(tmp_path: Path, hangdoctor_cli) -
     before = json.loads(hangdoctor_cli("analyze", str(paste), "--json").stdout)
     assert not any("acme.quota-on-model-cache" in json.dumps(c) for c in before["causes"])
     d = _pack(tmp_path / "site-knowledge", PACK_RULES)
+    listed = hangdoctor_cli("checks", "--checks-dir", str(d)).stdout
+    assert f"knowledge: {d} (--checks-dir): 1 rules" in listed and "knowledge: builtin: " in listed
     proc = hangdoctor_cli("analyze", str(paste), "--json", "--checks-dir", str(d))
     a = json.loads(proc.stdout)
     assert a["causes"][0]["id"] == "io-stall", [(c["id"], c["score"]) for c in a["causes"]]

@@ -28,7 +28,7 @@ from typing import Any, Optional, Sequence, Union
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import TargetError, UsageError
 from hangdoctor.target.asyncssh_import import import_asyncssh
-from hangdoctor.target.exec_pipe import elf_arch, find_local_pyspy, normalise_arch
+from hangdoctor.target.pyspy_binary import elf_arch, find_local_pyspy, normalise_arch
 from hangdoctor.target.sshconnect import SshEndpoint
 
 asyncssh = import_asyncssh()

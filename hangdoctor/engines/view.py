@@ -2,6 +2,9 @@
 the engine's own signals (health, metrics, connections, stats line, canary) said over the window.
 
 Built from the evidence views (``Evidence``) and an engine model; pure.
+
+Layer: engines; may import: the standard library, hangdoctor.engines and
+hangdoctor.evidence.stacks (it reads the evidence views).
 """
 
 from __future__ import annotations
@@ -9,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hangdoctor.engines import spec as b
 from hangdoctor.engines import detect
+from hangdoctor.engines import spec as b
 from hangdoctor.engines.spec import EngineModel
 
 _TITLE_PREFIXES = ("VLLM::", "sglang::", "text-generation-")

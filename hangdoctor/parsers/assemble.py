@@ -6,6 +6,9 @@
 
 Timing fields are never invented: pasted processes carry what the paste said, nothing more.
 Everything is redacted (``hangdoctor.redact``) before it is returned.
+
+Layer: parsers; may import: the standard library, hangdoctor (its version), hangdoctor.errors,
+hangdoctor.redact, hangdoctor.parsers and hangdoctor.snapshot.loglines.
 """
 
 from __future__ import annotations
@@ -18,17 +21,17 @@ import time
 from typing import BinaryIO, Optional
 
 from hangdoctor import __version__
+from hangdoctor.errors import InputError
 from hangdoctor.parsers.collect_env import parse_collect_env
 from hangdoctor.parsers.detect import Segment, split_segments
 from hangdoctor.parsers.env import parse_env
-from hangdoctor.errors import InputError
 from hangdoctor.parsers.faulthandler import parse_faulthandler
+from hangdoctor.parsers.frames import PastedDump, rank_from_text, role_from_text
 from hangdoctor.parsers.gdb import parse_gdb
 from hangdoctor.parsers.nvidia_smi import parse_nvidia_smi_q, parse_nvidia_smi_table
 from hangdoctor.parsers.ps import parse_ps
 from hangdoctor.parsers.pyspy_json import parse_pyspy_json
 from hangdoctor.parsers.pyspy_text import parse_pyspy_text
-from hangdoctor.parsers.frames import PastedDump, rank_from_text, role_from_text
 from hangdoctor.parsers.traceback import dumps_from_tracebacks, parse_tracebacks
 from hangdoctor.redact import redact_obj
 
@@ -417,7 +420,7 @@ class _Builder:
         """A log prefix "(VllmWorker rank=1 pid=456)" says which pid is which rank."""
         if not self.log_lines or not self.processes:
             return
-        from hangdoctor.evidence.logs import split_prefix
+        from hangdoctor.snapshot.loglines import split_prefix
 
         seen: dict[int, int] = {}
         for line in self.log_lines:

@@ -86,7 +86,8 @@ class LogEventRule:
     groups are the event's data, as that kind reads them (load-done: ``seconds``, ``mem_gib``,
     ``avail_gb``; request: ``prompt_tps``, ``gen_tps``, ``running``, ``waiting``, ``phase``;
     shard-exit: ``rank``, ``code``, ``signal``, ``pid``). ``veto``: a line where this pattern
-    matches first is not the event (a start-up line that ends like the ready line)."""
+    matches before the kind's other patterns is not the event (a start-up line of TGI's router
+    that ends like its ready line)."""
 
     kind: str
     pattern: re.Pattern[str]

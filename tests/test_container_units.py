@@ -21,14 +21,10 @@ from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import TargetError, UsageError
 from hangdoctor.target import parse_target
 from hangdoctor.target.docker import DockerTarget, docker_error, inspect_facts, log_from_lines
-from hangdoctor.target.exec_pipe import (
-    ExecPipeTarget,
-    merge_runtime_facts,
-    parse_snapshot,
-    shell_script,
-)
+from hangdoctor.target.exec_pipe import ExecPipeTarget, parse_snapshot, shell_script
 from hangdoctor.target.k8s import K8sTarget, kubectl_error, parse_k8s_spec, pod_facts
 from hangdoctor.target.launchers import is_launcher_spec, split_selector
+from hangdoctor.target.runtime_facts import merge_runtime_facts
 from hangdoctor.target.via import ViaTarget
 
 RECORDED = Path(__file__).parent / "fixtures" / "containers"

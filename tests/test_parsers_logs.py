@@ -5,7 +5,8 @@ from __future__ import annotations
 import tracemalloc
 from pathlib import Path
 
-from hangdoctor.evidence.logs import clean_line, parse_log, parse_log_file, split_prefix
+from hangdoctor.evidence.logs import clean_line, parse_log, parse_log_file
+from hangdoctor.snapshot.loglines import split_prefix
 
 SAMPLES = Path(__file__).parent / "samples"
 

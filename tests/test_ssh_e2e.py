@@ -311,11 +311,11 @@ def test_the_connection_acknowledges_each_server_packet_at_once(sshd: SshdServer
     TCP_QUICKACK, which sends the pending acknowledgement now; the data still arrives whole."""
     import socket
 
-    from hangdoctor.target import ssh as ssh_mod
+    from hangdoctor.target import sshconnect
 
     quickacks: list[int] = []
     reads: list[int] = []
-    original = ssh_mod.ack_each_read
+    original = sshconnect.ack_each_read
 
     def spying(conn: asyncssh.SSHClientConnection) -> None:
         sock = conn.get_extra_info("socket")
@@ -342,11 +342,11 @@ def test_the_connection_acknowledges_each_server_packet_at_once(sshd: SshdServer
 
     async def go() -> bytes:
         target = SshTarget(sshd.alias, config_path=sshd.ssh_config)
-        ssh_mod.ack_each_read = spying
+        sshconnect.ack_each_read = spying
         try:
-            conn = await target._connect(target._resolve(), ssh_mod._Run())
+            conn = await target._connect(target._resolve(), [])
         finally:
-            ssh_mod.ack_each_read = original
+            sshconnect.ack_each_read = original
         async with conn:
             result = await conn.run("printf hello", encoding=None)
         return result.stdout
@@ -357,7 +357,7 @@ def test_the_connection_acknowledges_each_server_packet_at_once(sshd: SshdServer
 
 def test_acknowledging_at_once_leaves_a_connection_without_a_tcp_socket_alone() -> None:
     """A tunnelled connection (ProxyJump) has no socket of its own: nothing is wrapped."""
-    from hangdoctor.target.ssh import ack_each_read
+    from hangdoctor.target.sshconnect import ack_each_read
 
     class Tunnelled:
         def get_extra_info(self, name: str, default: object = None) -> object:
@@ -376,16 +376,16 @@ def test_aes_gcm_is_preferred_unless_the_user_chose_ciphers(sshd: SshdServer, tm
     """With no Ciphers configured, and AES instructions here, the connection agrees on
     AES-GCM (one hardware pass per packet; asyncssh's chacha20-poly1305 takes two: the py-spy
     upload ran 2.3x faster). A Ciphers line in the user's ssh_config is obeyed as written."""
-    from hangdoctor.target import ssh as ssh_mod
+    from hangdoctor.target import sshconnect
 
     async def cipher(target: SshTarget) -> tuple[str, object]:
         resolved = target._resolve()
-        conn = await target._connect(resolved, ssh_mod._Run())
+        conn = await target._connect(resolved, [])
         async with conn:
             return conn.get_extra_info("send_cipher"), resolved.encryption_algs
 
     default_cipher, order = asyncio.run(cipher(SshTarget(sshd.alias, config_path=sshd.ssh_config)))
-    if ssh_mod._cpu_has_aes():
+    if sshconnect._cpu_has_aes():
         assert default_cipher == "aes128-gcm@openssh.com" and order and order[0] == default_cipher
     else:
         assert order is None  # asyncssh's own order, chacha20-poly1305 first

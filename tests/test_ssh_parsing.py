@@ -15,13 +15,8 @@ from hangdoctor.target.multi import (
     parse_pid_args,
     read_hosts_file,
 )
-from hangdoctor.target.ssh import (
-    SshTarget,
-    elf_arch,
-    find_local_pyspy,
-    normalise_arch,
-    parse_snapshot,
-)
+from hangdoctor.target.pyspy_binary import elf_arch, find_local_pyspy, normalise_arch
+from hangdoctor.target.ssh import SshTarget, parse_snapshot
 from hangdoctor.target.sshconfig import HostSpec, parse_host, parse_ssh_options
 
 

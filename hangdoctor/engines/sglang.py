@@ -9,12 +9,23 @@ forward), ``sglang::detokenizer`` and, with data parallel, ``sglang::data_parall
 ``SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION=0`` (then it answers from the process alone);
 ``/health_generate`` always generates. Its watchdog (``--watchdog-timeout``, 300 s) dumps and
 kills a scheduler whose loop stops.
+
+Layer: engines; may import: the standard library and hangdoctor.engines.spec.
 """
 
 from __future__ import annotations
 
 from hangdoctor.engines import spec as b
-from hangdoctor.engines.spec import EngineModel, FrameRule, Health, LogRule, Metrics, RoleRule, rx
+from hangdoctor.engines.spec import (
+    EngineModel,
+    FrameRule,
+    Health,
+    LogEventRule,
+    LogRule,
+    Metrics,
+    RoleRule,
+    rx,
+)
 
 MODEL = EngineModel(
     name="sglang",
@@ -94,5 +105,29 @@ MODEL = EngineModel(
         prefix="sglang:",
     ),
     stats_line=rx(r"(Decode|Prefill) batch\. #running-req"),
+    log_events=(
+        LogEventRule(
+            "load-done",
+            rx(r"Load weight end\.(?:.*?avail mem=(?P<avail_gb>[\d.]+) ?GB)?"),
+            ("Load weight end",),
+        ),
+        LogEventRule(
+            "server-ready", rx(r"The server is fired up and ready to roll"), ("fired up",)
+        ),
+        LogEventRule(
+            "request",
+            rx(r"(?P<phase>Decode|Prefill) batch\..*?#running-req: (?P<running>\d+)"),
+            ("batch.",),
+        ),
+        # The scheduler's own watchdog, and the py-spy dump it writes of a stuck scheduler.
+        LogEventRule(
+            "sglang-watchdog",
+            rx(
+                r"Scheduler watchdog timeout|watchdog timeout \(self\.watchdog_timeout"
+                r"|Pyspy dump for PID (?P<dump_pid>\d+)"
+            ),
+            ("atchdog", "Pyspy"),
+        ),
+    ),
     notes=("metrics need --enable-metrics",),
 )

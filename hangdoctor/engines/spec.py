@@ -3,11 +3,14 @@
 Each engine (vLLM, SGLang, TGI, TensorRT-LLM) is one module that builds an :class:`EngineModel`
 out of data: regular expressions over command lines (setproctitle titles are longer than
 ``comm``'s 15 characters, so roles are read from the command line), frame patterns over stacks,
-and line patterns over logs. Checks ask the model ("which process is the engine core?", "is
-this rank in a step?") instead of matching frame names themselves.
+and line patterns over logs (the phase a line names; the lines the log view records as events).
+Checks ask the model ("which process is the engine core?", "is this rank in a step?") instead of
+matching frame names themselves.
 
 Pure: no I/O. Frames are the evidence views' frames (innermost first); anything with ``name``,
 ``file`` and ``native`` attributes works.
+
+Layer: engines; may import: the standard library.
 """
 
 from __future__ import annotations
@@ -69,8 +72,27 @@ class FrameRule:
 
 @dataclass(frozen=True)
 class LogRule:
+    """A log line that says the engine is in ``phase`` (the last line recognised wins)."""
+
     phase: str
     pattern: re.Pattern[str]
+
+
+@dataclass(frozen=True)
+class LogEventRule:
+    """A line this engine writes that the log view records as an event of ``kind`` (the view's
+    vocabulary, :data:`hangdoctor.evidence.log_signatures.EVENT_KINDS`). The view runs
+    ``pattern`` only on lines that hold one of ``words`` (a cheap filter); the pattern's named
+    groups are the event's data, as that kind reads them (load-done: ``seconds``, ``mem_gib``,
+    ``avail_gb``; request: ``prompt_tps``, ``gen_tps``, ``running``, ``waiting``, ``phase``;
+    shard-exit: ``rank``, ``code``, ``signal``, ``pid``). ``veto``: a line where this pattern
+    matches before the kind's other patterns is not the event (a start-up line of TGI's router
+    that ends like its ready line)."""
+
+    kind: str
+    pattern: re.Pattern[str]
+    words: tuple[str, ...] = ()
+    veto: bool = False
 
 
 @dataclass(frozen=True)
@@ -116,6 +138,8 @@ class EngineModel:
     deaths: tuple[DeathRule, ...] = ()
     # a log-line prefix that names the process writing it: groups ``title`` and ``pid``
     log_prefix: re.Pattern[str] | None = None
+    # the engine's own lines among the log view's events (in the order they are tried)
+    log_events: tuple[LogEventRule, ...] = ()
 
     # ------------------------------------------------------------ roles
     def role_of(self, cmdline: str) -> tuple[str | None, int | None, str | None]:

@@ -8,12 +8,23 @@ environment) that the router drives over gRPC on a Unix socket.
 ``/health`` is the router's: 200 when the last batch it ran succeeded, else it sends the
 shards a one-token prefill first; so it proves the shards answered recently, not that the batch
 now running will finish.
+
+Layer: engines; may import: the standard library and hangdoctor.engines.spec.
 """
 
 from __future__ import annotations
 
 from hangdoctor.engines import spec as b
-from hangdoctor.engines.spec import EngineModel, FrameRule, Health, LogRule, Metrics, RoleRule, rx
+from hangdoctor.engines.spec import (
+    EngineModel,
+    FrameRule,
+    Health,
+    LogEventRule,
+    LogRule,
+    Metrics,
+    RoleRule,
+    rx,
+)
 
 MODEL = EngineModel(
     name="tgi",
@@ -71,4 +82,28 @@ MODEL = EngineModel(
         prefix="tgi_",
     ),
     stats_line=None,
+    log_events=(
+        LogEventRule("load-done", rx(r"Shard ready in (?P<seconds>[\d.]+) ?s"), ("Shard ready",)),
+        # "Connected" or "Ready" ends the line; one that starts the HTTP server or falls back
+        # to another address first is not the ready line.
+        LogEventRule(
+            "server-ready", rx(r"(?:^|\s)(?:Connected|Ready)\s*$"), ("Connected", "Ready")
+        ),
+        LogEventRule(
+            "server-ready", rx(r"Starting HTTP server|Invalid hostname, defaulting"), veto=True
+        ),
+        LogEventRule("request", rx(r"router::server.*Success"), ("Success",)),
+        LogEventRule("shard-exit", rx(r"Shard (?P<rank>\d+) failed to start"), ("Shard",)),
+        LogEventRule(
+            "shard-exit",
+            rx(r"Shard process was signaled to shutdown with signal (?P<signal>\d+)"),
+            ("Shard",),
+        ),
+        LogEventRule("shard-exit", rx(r"Shard (?P<rank>\d+) (?:crashed|terminated)"), ("Shard",)),
+        LogEventRule(
+            "waiting-for-shard",
+            rx(r"Waiting for shard(?: (?P<rank>\d+))? to be ready"),
+            ("Waiting for shard",),
+        ),
+    ),
 )

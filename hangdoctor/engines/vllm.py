@@ -14,6 +14,8 @@ Measured on the real server (FIELD-NOTES, "A real vLLM on these CPUs"):
 - TP=2 with a rank gone quiet: its peer spins inside the compiled graph (``OpOverload.__call__``
   under ``CompiledFxGraph.__call__``): running compiled code, not compiling;
 - ``/metrics`` counters are updated per engine step, so a wedged step freezes them.
+
+Layer: engines; may import: the standard library and hangdoctor.engines.spec.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from hangdoctor.engines.spec import (
     EngineModel,
     FrameRule,
     Health,
+    LogEventRule,
     LogRule,
     Metrics,
     RoleRule,
@@ -261,6 +264,42 @@ MODEL = EngineModel(
         DeathRule(b.WORKER, rx(r"Worker proc (?P<title>\S+) died unexpectedly")),
     ),
     log_prefix=rx(r"\((?P<title>EngineCore(?:_DP\d+)?|Worker(?:_\w+)?|APIServer) pid=(?P<pid>\d+)\)"),
+    log_events=(
+        LogEventRule("load-done", rx(r"Loading weights took (?P<seconds>[\d.]+) ?s"), ("took",)),
+        LogEventRule(
+            "load-done",
+            rx(
+                r"Model loading took (?P<mem_gib>[\d.]+) ?GiB(?: memory)? "
+                r"and (?P<seconds>[\d.]+) ?s"
+            ),
+            ("took",),
+        ),
+        # The stats line; vLLM keeps logging it at zero throughput for a while after the last
+        # request (the view calls that idle).
+        LogEventRule(
+            "request",
+            rx(
+                r"Avg prompt throughput: (?P<prompt_tps>[\d.]+) tokens/s, Avg generation "
+                r"throughput: (?P<gen_tps>[\d.]+) tokens/s(?:, Running: (?P<running>\d+) reqs)?"
+                r"(?:, (?:Swapped|Waiting): (?P<waiting>\d+) reqs)?"
+            ),
+            ("throughput",),
+        ),
+        LogEventRule(
+            "request",
+            rx(r"\b(?:Added request|Received request|Finished request)\b"),
+            ("request",),
+        ),
+        # The engine core waits on its workers through the shared-memory message queue.
+        LogEventRule(
+            "shm-broadcast-wait",
+            rx(r"No available shared memory broadcast block found in (?P<seconds>\d+) seconds?"),
+            ("broadcast block",),
+        ),
+        LogEventRule(
+            "shard-exit", rx(r"Worker ?[Pp]roc \S*?(?P<rank>\d*) died unexpectedly"), ("died",)
+        ),
+    ),
     notes=(
         "the stats line is logged every 10 s only while there is work; idle it goes to debug",
         "/metrics is on by default on the API port; its gauges and counters move once per "

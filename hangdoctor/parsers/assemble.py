@@ -6,6 +6,9 @@
 
 Timing fields are never invented: pasted processes carry what the paste said, nothing more.
 Everything is redacted (``hangdoctor.redact``) before it is returned.
+
+Layer: parsers; may import: the standard library, hangdoctor (its version), hangdoctor.errors,
+hangdoctor.redact, hangdoctor.parsers and hangdoctor.snapshot.loglines.
 """
 
 from __future__ import annotations
@@ -417,7 +420,7 @@ class _Builder:
         """A log prefix "(VllmWorker rank=1 pid=456)" says which pid is which rank."""
         if not self.log_lines or not self.processes:
             return
-        from hangdoctor.evidence.logs import split_prefix
+        from hangdoctor.snapshot.loglines import split_prefix
 
         seen: dict[int, int] = {}
         for line in self.log_lines:

@@ -5,6 +5,9 @@ Kinds: ``pyspy-text``, ``pyspy-json``, ``faulthandler``, ``traceback``, ``log``,
 ``nvidia-smi``, ``nvidia-smi-q``, ``ps``, ``env``, ``collect-env``, ``gdb`` (backtraces),
 ``nvidia-smi-topo`` (``nvidia-smi topo -m``), ``command`` (a launch command); a whole document that is a
 saved snapshot or analysis JSON is ``snapshot`` / ``analysis`` (the CLI routes those).
+
+Layer: parsers; may import: the standard library, hangdoctor.parsers, hangdoctor.redact and
+hangdoctor.snapshot.loglines (the shape of a log line).
 """
 
 from __future__ import annotations
@@ -14,7 +17,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
-from hangdoctor.evidence.logs import MAX_LINE_CHARS, split_prefix
 from hangdoctor.parsers import faulthandler as fh
 from hangdoctor.parsers import gdb
 from hangdoctor.parsers import pyspy_text as pt
@@ -22,6 +24,7 @@ from hangdoctor.parsers import traceback as tb
 from hangdoctor.parsers.env import ENV_LINE
 from hangdoctor.parsers.ps import _split_row, header_columns
 from hangdoctor.parsers.pyspy_json import is_pyspy_json, iter_json_documents
+from hangdoctor.snapshot.loglines import MAX_LINE_CHARS, split_prefix
 
 KINDS = (
     "pyspy-text",

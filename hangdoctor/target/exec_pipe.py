@@ -8,7 +8,8 @@ It is the SSH path's one-probe design over another pipe, in ONE command::
     PREFIX sh -c 'find python and py-spy; exec python3 -S -c LOADER'
 
 and on its stdin, a length line and the probe script (collect/probe_pack.py), then, only when the
-target has no py-spy and asks for it, a length line and this machine's py-spy binary. The
+target has no py-spy and asks for it, a length line and this machine's py-spy binary
+(:mod:`.pyspy_binary`). The
 loader keeps the binary in a memfd (an anonymous file: nothing on the target's disk, works on a
 read-only root filesystem); where memfd is missing it uses a private temp dir that it removes
 before the probe exits. The probe prints one JSON snapshot on stdout.
@@ -16,6 +17,11 @@ before the probe exits. The probe prints one JSON snapshot on stdout.
 Deadlines: the command must start the shell within ``start_timeout_s`` (a wedged runtime
 daemon, an unscheduled pod), the whole run ends by the probe's deadline plus ``margin_s``; the
 command is killed then (its process group: we started it), and whatever it said is the error.
+Afterwards the runtime's own view of the container is merged in (:mod:`.runtime_facts`).
+
+Layer: target; may import: the standard library, hangdoctor.errors, hangdoctor.redact,
+hangdoctor.collect.config, hangdoctor.collect.probe_pack (the probe it sends) and
+hangdoctor.target.
 """
 
 from __future__ import annotations
@@ -32,8 +38,9 @@ from pathlib import Path
 from typing import Any, Optional, Sequence
 
 from hangdoctor.collect.config import ProbeConfig
-from hangdoctor.collect.pyspy import pyspy_candidates
 from hangdoctor.errors import TargetError
+from hangdoctor.target.pyspy_binary import elf_arch, find_local_pyspy, normalise_arch
+from hangdoctor.target.runtime_facts import host_kernel_log, merge_runtime_facts
 
 DEFAULT_START_TIMEOUT_S = 15.0
 DEFAULT_MARGIN_S = 5.0
@@ -82,59 +89,6 @@ if os.environ.pop("HD_WANT_PYSPY", "") == "1":
             sys.stderr.flush()
 exec(compile(src, "<hangdoctor-probe>", "exec"))
 """
-
-
-# ELF e_machine -> `uname -m` spelling, to tell whether our py-spy binary runs over there.
-_ELF_MACHINES = {
-    3: "i686",
-    40: "arm",
-    62: "x86_64",
-    183: "aarch64",
-    21: "ppc64le",
-    22: "s390x",
-    243: "riscv64",
-}
-_ARCH_ALIASES = {
-    "amd64": "x86_64",
-    "arm64": "aarch64",
-    "i386": "i686",
-    "i486": "i686",
-    "i586": "i686",
-    "armv6l": "arm",
-    "armv7l": "arm",
-    "armv8l": "arm",
-}
-
-
-def normalise_arch(machine: str) -> str:
-    """``uname -m`` spellings folded together (amd64 is x86_64, arm64 is aarch64)."""
-    machine = machine.strip().lower()
-    return _ARCH_ALIASES.get(machine, machine)
-
-
-def elf_arch(path: str) -> Optional[str]:
-    """The architecture an ELF binary is built for, or None if it is not an ELF file."""
-    try:
-        with open(path, "rb") as f:
-            head = f.read(20)
-    except OSError:
-        return None
-    if len(head) < 20 or head[:4] != b"\x7fELF":
-        return None
-    order = "little" if head[5] == 1 else "big"
-    machine = int.from_bytes(head[18:20], order)
-    if machine == 21 and order == "big":
-        return "ppc64"
-    return _ELF_MACHINES.get(machine, f"elf-machine-{machine}")
-
-
-def find_local_pyspy(explicit: Optional[str] = None) -> Optional[str]:
-    """This machine's py-spy *binary* (a pyenv shim is a shell script and useless remotely)."""
-    candidates = ([explicit] if explicit else []) + pyspy_candidates()
-    for path in candidates:
-        if path and os.path.isfile(path) and elf_arch(path):
-            return os.path.realpath(path)
-    return None
 
 
 def shell_script(remote_python: Optional[str] = None) -> str:
@@ -284,7 +238,7 @@ class ExecPipeTarget:
             facts = None
         if facts:
             merge_runtime_facts(snapshot, facts)
-        _host_kernel_log(snapshot)
+        host_kernel_log(snapshot)
         log = await self._bounded(self.runtime_log(start_epoch), 5.0)
         if isinstance(log, dict) and not snapshot.get("log"):
             if config.redact:  # the probe redacts what it reads; this was read here
@@ -565,79 +519,6 @@ async def run_command(
             await asyncio.wait_for(proc.wait(), 2.0)
         raise
     return proc.returncode, out, err
-
-
-def _host_kernel_log(snapshot: dict[str, Any]) -> None:
-    """In a container the kernel log is the host's, and reading it needs CAP_SYSLOG, which
-    containers lack: not a permission to fix in the container, but a source to read on the
-    host. Said so, rather than as a refusal with a sysctl remedy."""
-    host = snapshot.get("host") or {}
-    if not isinstance(host, dict) or not host.get("in_container"):
-        return
-    for m in snapshot.get("manifest") or []:
-        if isinstance(m, dict) and m.get("source") == "kernel_log" and m.get("status") == "denied":
-            m["status"] = "unavailable"
-            m["detail"] = f"the host's kernel log is not readable in the container ({m.get('detail')})"
-            m["remedy"] = "read it on the host (dmesg -T), or diagnose from the host by PID"
-
-
-def merge_runtime_facts(snapshot: dict[str, Any], facts: dict[str, Any]) -> dict[str, Any]:
-    """Add the runtime's view of the target container (``docker inspect``, ``kubectl get
-    pod``) to the snapshot of a probe that ran inside it.
-
-    The probe names its container when its cgroup path does (cgroup v1); with a private
-    cgroup namespace it sees ``/`` and names none: every process it saw is then in this one.
-    What the probe measured stays; the runtime's facts fill in the rest. A refused ptrace's
-    fix is given again for this runtime (the probe could only guess it from inside), naming
-    the container and the host pid of its init. Returns the entry.
-    """
-    from hangdoctor.collect.container import ptrace_fix
-
-    containers = snapshot.get("containers")
-    if not isinstance(containers, list):
-        containers = snapshot["containers"] = []
-    cid = str(facts.get("id") or "")
-    entry = None
-    for c in containers:
-        if isinstance(c, dict) and cid and str(c.get("id") or "").startswith(cid[:12]):
-            entry = c
-    inside = [c for c in containers if isinstance(c, dict) and c.get("probe_inside")]
-    if entry is None and len(inside) == 1:
-        entry = inside[0]  # the probe ran in the target: its container is this one
-    if entry is None:
-        entry = {"pids": [], "short_id": cid[:12] or None}
-        containers.append(entry)
-    for key, value in facts.items():
-        if value is not None and entry.get(key) in (None, "", []):
-            entry[key] = value
-    entry["probe_inside"] = True
-    short = entry.get("short_id") or cid[:12]
-    for proc in snapshot.get("processes") or []:
-        if isinstance(proc, dict) and not proc.get("container_id"):
-            proc["container_id"] = short
-            if proc.get("pid") not in entry["pids"]:
-                entry["pids"].append(proc.get("pid"))
-    names = {
-        "container": facts.get("name"),
-        "pod": facts.get("pod"),
-        "namespace": facts.get("namespace"),
-        "host_pid": entry.get("init_host_pid"),
-    }
-    fixes = {}
-    for key, st in (snapshot.get("stacks") or {}).items():
-        if isinstance(st, dict) and st.get("denied_reason"):
-            st["remedy"] = ptrace_fix(str(st["denied_reason"]), facts.get("runtime"), names)
-            fixes[key] = st["remedy"]
-    for m in snapshot.get("manifest") or []:
-        if not isinstance(m, dict) or m.get("status") != "denied":
-            continue
-        source = str(m.get("source") or "")
-        pid = source.partition(":")[2]
-        if pid in fixes:
-            m["remedy"] = fixes[pid]
-        elif fixes and source in ("stacks", "environ"):
-            m["remedy"] = next(iter(fixes.values()))
-    return entry
 
 
 def parse_snapshot(stdout: bytes) -> Optional[dict[str, Any]]:

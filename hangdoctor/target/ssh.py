@@ -1,21 +1,24 @@
 """The SSH target: run the probe on a remote host over one asyncssh connection.
 
-One connection, and at most three short commands on it: a check (which python, which py-spy,
-``uname -m``, ``id -u``, and a private temp dir when py-spy must be uploaded), the upload of
-this machine's py-spy when the remote has none, and the probe itself (``python3 -`` with the
-bundle on stdin, one JSON snapshot on stdout). Host keys are checked against known_hosts and
-never accepted silently; every way of failing to reach the host is one TargetError line.
+One connection (:mod:`hangdoctor.target.sshconnect`), and at most three short commands on it: a
+check (which python, which py-spy, ``uname -m``, ``id -u``, and a private temp dir when py-spy
+must be uploaded), the upload of this machine's py-spy when the remote has none, and the probe
+itself (``python3 -`` with the bundle on stdin, one JSON snapshot on stdout). When the remote
+has python and py-spy, the check runs the probe at once: one round trip. The whole collection
+ends by the connect timeout plus the probe's deadline plus ``margin_s``; every way of failing is
+one TargetError line.
+
+Layer: target; may import: the standard library, asyncssh (through
+hangdoctor.target.asyncssh_import), hangdoctor.errors, hangdoctor.collect.config,
+hangdoctor.collect.probe_pack (the probe it sends) and hangdoctor.target.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import json
-import os
 import re
 import shlex
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -25,17 +28,11 @@ from typing import Any, Optional, Sequence, Union
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import TargetError, UsageError
 from hangdoctor.target.asyncssh_import import import_asyncssh
-from hangdoctor.target.exec_pipe import elf_arch, find_local_pyspy, normalise_arch
-from hangdoctor.target.sshconfig import (
-    HOST_KEY_POLICIES,
-    known_hosts_pattern,
-    parse_host,
-    parse_ssh_options,
-)
+from hangdoctor.target.pyspy_binary import elf_arch, find_local_pyspy, normalise_arch
+from hangdoctor.target.sshconnect import SshEndpoint
 
 asyncssh = import_asyncssh()
 
-DEFAULT_CONNECT_TIMEOUT_S = 10.0
 DEFAULT_MARGIN_S = 5.0  # on top of the probe's own deadline: discovery, upload, transfer
 CLEANUP_TIMEOUT_S = 1.0
 STDERR_TAIL_BYTES = 2048
@@ -107,17 +104,6 @@ class _TooMuchOutput(Exception):
 
 
 @dataclass
-class _Resolved:
-    """Where the connection goes once ~/.ssh/config and -o options are applied."""
-
-    host: str
-    port: int
-    user: str
-    known_hosts: list[str]  # files; empty when checking is off
-    encryption_algs: Optional[list[str]] = None  # our order, where the user set none
-
-
-@dataclass
 class _Run:
     """What one collection did, for the manifest entry and for error messages."""
 
@@ -133,96 +119,18 @@ class _Run:
     stderr_tail: str = ""
 
 
-def _cpu_has_aes() -> bool:
-    """Whether this CPU encrypts AES in hardware (x86 ``aes`` flag, arm64 ``aes`` feature)."""
-    try:
-        with open("/proc/cpuinfo", "rb") as f:
-            first_cpu = f.read(16384).split(b"\n\n", 1)[0]
-    except OSError:
-        return False
-    for line in first_cpu.splitlines():
-        key, _, value = line.partition(b":")
-        if key.strip() in (b"flags", b"Features") and b"aes" in value.split():
-            return True
-    return False
-
-
-def _gcm_first(configured: list[bytes]) -> Optional[list[str]]:
-    """asyncssh's default ciphers with AES-GCM first, where the user configured no Ciphers
-    and this CPU has AES instructions; else None (leave the order alone).
-
-    asyncssh prefers chacha20-poly1305, as OpenSSH does, which it computes in two passes per
-    packet; AES-GCM is one hardware-accelerated pass at both ends. That matters for the
-    py-spy upload: 8 MB over loopback took 100 to 150 ms with chacha20-poly1305 and ~60 ms
-    with aes128-gcm. Every OpenSSH server since 6.2 offers AES-GCM; one that does not still agrees
-    on another cipher of the same list."""
-    from asyncssh.encryption import get_default_encryption_algs
-
-    default = list(get_default_encryption_algs())
-    if configured != default or not _cpu_has_aes():
-        return None
-    gcm = [alg for alg in (b"aes128-gcm@openssh.com", b"aes256-gcm@openssh.com") if alg in default]
-    return [alg.decode("ascii") for alg in gcm + [alg for alg in default if alg not in gcm]]
-
-
-def ack_each_read(conn: asyncssh.SSHClientConnection) -> None:
-    """Acknowledge every TCP segment from the server as soon as it is read (TCP_QUICKACK).
-
-    sshd sends small packets without TCP_NODELAY on non-interactive sessions, so Nagle holds
-    its next packet until the previous one is acknowledged, and Linux delays that
-    acknowledgement up to 40 ms when we have nothing to send. The first session after
-    authentication waited exactly that: its open confirmation came ~45 ms after the server's
-    preceding debug and host-keys messages (8 ms instead of 50, loopback, 20 connections).
-    The flag does not stick, so it is set again on each read. A tunnelled connection
-    (ProxyJump) has no socket of its own and is left as it is.
-    """
-    quickack = getattr(socket, "TCP_QUICKACK", None)  # Linux only
-    sock = conn.get_extra_info("socket")
-    if quickack is None or sock is None or sock.family not in (socket.AF_INET, socket.AF_INET6):
-        return
-    received = conn.data_received
-
-    def data_received(data: bytes, datatype: Any = None) -> None:
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, quickack, 1)
-        except OSError:
-            pass
-        if datatype is None:
-            received(data)
-        else:
-            received(data, datatype)
-
-    conn.data_received = data_received  # type: ignore[method-assign]
-
-
-class _HostKeyWatcher(asyncssh.SSHClient):
-    """Sees the key a host offers when known_hosts does not vouch for it; acknowledges the
-    server's packets at once from the first one on (``ack_each_read``)."""
-
-    def __init__(self, accept_unknown: bool) -> None:
-        self.accept_unknown = accept_unknown
-        self.offered: Optional[asyncssh.SSHKey] = None
-
-    def connection_made(self, conn: asyncssh.SSHClientConnection) -> None:
-        ack_each_read(conn)
-
-    def validate_host_public_key(
-        self, host: str, addr: str, port: int, key: asyncssh.SSHKey
-    ) -> bool:
-        self.offered = key
-        return self.accept_unknown
-
-
-class SshTarget:
+class SshTarget(SshEndpoint):
     """A remote host reached over SSH: ``[user@]host[:port]`` or an ~/.ssh/config alias.
 
     ``identity``: private key files to try (the agent is tried too). ``ssh_options``:
     ``-o Key=Value`` strings (Port, User, HostName, IdentityFile, StrictHostKeyChecking,
     UserKnownHostsFile, ConnectTimeout, ProxyJump). ``config_path``: OpenSSH client config
     file(s) to read instead of ~/.ssh/config (``[]``: none). ``known_hosts``: known_hosts file
-    to check host keys against. ``remote_python``: the interpreter to run the probe with
-    (default: ``python3``, else ``python``, on the remote PATH). ``remote_env``: variables set
-    in the remote command line (OpenSSH drops env requests unless the server accepts them).
+    to check host keys against (these and ``connect_timeout_s`` make the connection:
+    :class:`~hangdoctor.target.sshconnect.SshEndpoint`). ``remote_python``: the interpreter to
+    run the probe with (default: ``python3``, else ``python``, on the remote PATH).
+    ``remote_env``: variables set in the remote command line (OpenSSH drops env requests unless
+    the server accepts them).
     """
 
     def __init__(
@@ -241,25 +149,15 @@ class SshTarget:
         upload_pyspy: bool = True,
         margin_s: float = DEFAULT_MARGIN_S,
     ) -> None:
-        self.name = name or spec
-        self.host_spec = parse_host(spec)
-        self.options = parse_ssh_options(list(ssh_options))
-        self.identity = [str(Path(p).expanduser()) for p in identity]
-        self.identity += [str(Path(p).expanduser()) for p in self.options.get("IdentityFile", [])]
-        self.known_hosts = known_hosts or self._first("UserKnownHostsFile")
-        if self.known_hosts:
-            self.known_hosts = str(Path(self.known_hosts).expanduser())
-        policy_text = (self._first("StrictHostKeyChecking") or "yes").lower()
-        self.host_key_policy = HOST_KEY_POLICIES[policy_text]
-        if isinstance(config_path, str):
-            self.config_paths: Optional[list[str]] = [config_path]
-        elif config_path is None:
-            self.config_paths = None  # ~/.ssh/config, as ssh does
-        else:
-            self.config_paths = list(config_path)
-        if connect_timeout_s is None and self._first("ConnectTimeout"):
-            connect_timeout_s = float(self._first("ConnectTimeout") or 0)
-        self.connect_timeout_s = connect_timeout_s or DEFAULT_CONNECT_TIMEOUT_S
+        super().__init__(
+            spec,
+            name=name,
+            identity=identity,
+            ssh_options=ssh_options,
+            known_hosts=known_hosts,
+            config_path=config_path,
+            connect_timeout_s=connect_timeout_s,
+        )
         self.remote_python = remote_python
         self.remote_env = dict(remote_env or {})
         for key in self.remote_env:
@@ -273,220 +171,9 @@ class SshTarget:
     def __repr__(self) -> str:
         return f"SshTarget({self.name!r})"
 
-    def _first(self, option: str) -> Optional[str]:
-        values = self.options.get(option)
-        return values[0] if values else None
-
     def total_deadline_s(self, config: ProbeConfig) -> float:
         """How long :meth:`collect` may take at most before it gives up on the host."""
         return self.connect_timeout_s + config.deadline_s + self.margin_s
-
-    # --- connection ---------------------------------------------------------------------
-
-    def _connect_kwargs(self) -> dict[str, Any]:
-        kwargs: dict[str, Any] = {"connect_timeout": self.connect_timeout_s}
-        # None here means ~/.ssh/config (asyncssh's default, ()); [] means no config at all.
-        if self.config_paths is None:
-            kwargs["config"] = ()
-        else:
-            kwargs["config"] = self.config_paths or None
-        port = self.host_spec.port or self._first("Port")
-        if port:
-            kwargs["port"] = int(port)
-        user = self.host_spec.user or self._first("User")
-        if user:
-            kwargs["username"] = user
-        if self.identity:
-            kwargs["client_keys"] = self.identity
-        if self._first("ProxyJump"):
-            kwargs["tunnel"] = self._first("ProxyJump")
-        if self.host_key_policy == "off":
-            kwargs["known_hosts"] = None  # the user asked for it (-o StrictHostKeyChecking=no)
-        elif self.known_hosts:
-            kwargs["known_hosts"] = self.known_hosts
-        return kwargs
-
-    def _host_to_dial(self) -> str:
-        return self._first("HostName") or self.host_spec.host
-
-    def _resolve(self) -> _Resolved:
-        """Apply the config file(s) and options the way the connection will, loading keys."""
-        kwargs = self._connect_kwargs()
-        kwargs.pop("connect_timeout", None)
-        kwargs.pop("tunnel", None)  # resolving the jump host here would connect to it
-        try:
-            opts = asyncssh.SSHClientConnectionOptions(host=self._host_to_dial(), **kwargs)
-        except FileNotFoundError as exc:
-            raise TargetError(
-                f"{self.name}: file not found: {exc.filename}",
-                "check the --identity / IdentityFile / known_hosts / config paths",
-            ) from None
-        except asyncssh.KeyEncryptionError as exc:
-            raise TargetError(
-                f"{self.name}: cannot use an encrypted private key ({exc})",
-                "load it into ssh-agent (ssh-add KEY) so no passphrase is needed here",
-            ) from None
-        except (asyncssh.KeyImportError, ValueError, OSError) as exc:
-            raise TargetError(
-                f"{self.name}: bad SSH configuration or key: {exc}",
-                "check the key files and ~/.ssh/config entries for this host",
-            ) from None
-        if self.host_key_policy == "off":
-            known: list[str] = []
-        elif opts.known_hosts in ((), None, [], b""):
-            known = [str(Path("~/.ssh/known_hosts").expanduser())]
-        elif isinstance(opts.known_hosts, (list, tuple)):
-            known = [str(p) for p in opts.known_hosts]
-        else:
-            known = [str(opts.known_hosts)]
-        return _Resolved(
-            host=str(opts.host),
-            port=int(opts.port),
-            user=str(opts.username),
-            known_hosts=known,
-            encryption_algs=_gcm_first(list(opts.encryption_algs)),
-        )
-
-    def _known_keys(self, resolved: _Resolved, addr: str) -> list[asyncssh.SSHKey]:
-        keys: list[asyncssh.SSHKey] = []
-        port = resolved.port if resolved.port != 22 else None
-        for path in resolved.known_hosts:
-            if not os.path.exists(path):
-                continue
-            try:
-                trusted = asyncssh.match_known_hosts(path, resolved.host, addr, port)[0]
-            except (OSError, ValueError, asyncssh.KeyImportError):
-                continue
-            keys.extend(trusted)
-        return keys
-
-    async def _connect(self, resolved: _Resolved, run: _Run) -> asyncssh.SSHClientConnection:
-        """Open the connection; every failure becomes one TargetError line with a remedy."""
-        where = f"{resolved.user}@{resolved.host}:{resolved.port}"
-        accept_unknown = False
-        if self.host_key_policy == "accept-new":
-            accept_unknown = not self._known_keys(resolved, resolved.host)
-        watcher = _HostKeyWatcher(accept_unknown)
-        kwargs = self._connect_kwargs()
-        if resolved.encryption_algs:
-            kwargs["encryption_algs"] = resolved.encryption_algs
-        try:
-            conn = await asyncssh.connect(
-                self._host_to_dial(), client_factory=lambda: watcher, **kwargs
-            )
-        except asyncssh.HostKeyNotVerifiable as exc:
-            raise self._host_key_error(resolved, watcher.offered, str(exc)) from None
-        except asyncssh.PermissionDenied:
-            tried = ", ".join(self.identity) if self.identity else "ssh-agent and ~/.ssh/id_*"
-            raise TargetError(
-                f"{self.name}: authentication failed for {where} (tried {tried})",
-                f"check the user and key: ssh -p {resolved.port} "
-                f"{shlex.quote(resolved.user + '@' + resolved.host)} true; pass --identity KEY "
-                "or load the key into ssh-agent",
-            ) from None
-        except ConnectionRefusedError:
-            raise TargetError(
-                f"{self.name}: connection refused by {resolved.host}:{resolved.port}",
-                "is sshd running and listening on that port? (check the port: HOST:PORT or "
-                "-o Port=...)",
-            ) from None
-        except socket.gaierror as exc:
-            raise TargetError(
-                f"{self.name}: cannot resolve host name {resolved.host!r} ({exc.strerror})",
-                "check the spelling, DNS, or add a HostName to ~/.ssh/config",
-            ) from None
-        except (asyncio.TimeoutError, TimeoutError):
-            raise TargetError(
-                f"{self.name}: no SSH answer from {resolved.host}:{resolved.port} within "
-                f"{self.connect_timeout_s:g} s",
-                "is the host up and the port open (firewall)? raise --connect-timeout if the "
-                "link is slow",
-            ) from None
-        except asyncssh.KeyExchangeFailed as exc:
-            raise TargetError(
-                f"{self.name}: SSH key exchange with {resolved.host}:{resolved.port} failed "
-                f"({exc.reason})",
-                "the server and asyncssh share no algorithm, or known_hosts pins a host key "
-                "type the server does not offer",
-            ) from None
-        except asyncssh.DisconnectError as exc:
-            raise TargetError(
-                f"{self.name}: {resolved.host}:{resolved.port} closed the SSH connection "
-                f"({exc.reason or type(exc).__name__})",
-                "check the server's sshd log; MaxStartups or AllowUsers may refuse us",
-            ) from None
-        except OSError as exc:
-            if exc.errno in (errno.ENETUNREACH, errno.EHOSTUNREACH, errno.EHOSTDOWN):
-                raise TargetError(
-                    f"{self.name}: host {resolved.host} is unreachable ({exc.strerror})",
-                    "check the network route / VPN, or use -o ProxyJump=BASTION",
-                ) from None
-            raise TargetError(
-                f"{self.name}: cannot connect to {resolved.host}:{resolved.port} "
-                f"({exc.strerror or exc})",
-                "check the host name and port",
-            ) from None
-        if accept_unknown and watcher.offered is not None:
-            saved = self._remember_host_key(resolved, watcher.offered)
-            run.notes.append(
-                f"new host key {self._fingerprint(watcher.offered)} accepted "
-                f"(StrictHostKeyChecking=accept-new)" + (f", added to {saved}" if saved else "")
-            )
-        return conn
-
-    @staticmethod
-    def _fingerprint(key: asyncssh.SSHKey) -> str:
-        return f"{key.get_algorithm()} {key.get_fingerprint('sha256')}"
-
-    def _host_key_error(
-        self, resolved: _Resolved, offered: Optional[asyncssh.SSHKey], reason: str
-    ) -> TargetError:
-        pattern = known_hosts_pattern(resolved.host, resolved.port)
-        known_file = resolved.known_hosts[0] if resolved.known_hosts else "~/.ssh/known_hosts"
-        known_q = shlex.quote(known_file)
-        key_type = offered.get_algorithm() if offered else ""
-        scan = (
-            f"ssh-keyscan -p {resolved.port}{' -t ' + key_type if key_type else ''} "
-            f"{shlex.quote(resolved.host)} >> {known_q}"
-        )
-        offered_text = self._fingerprint(offered) if offered else "unknown key"
-        known = self._known_keys(resolved, resolved.host)
-        if offered is None:
-            return TargetError(
-                f"{self.name}: host key of {pattern} refused ({reason})",
-                f"check {known_file}; the host key may be revoked or of a type not offered",
-            )
-        if known:
-            old = ", ".join(self._fingerprint(k) for k in known)
-            return TargetError(
-                f"{self.name}: host key of {pattern} CHANGED: {known_file} has {old}, the host "
-                f"now offers {offered_text}; refusing to connect (a reinstalled host, or a "
-                f"man in the middle)",
-                f"if the change is expected, verify {offered_text} on the host "
-                f"(ssh-keygen -lf /etc/ssh/ssh_host_{_short_type(key_type)}_key.pub), then: "
-                f"ssh-keygen -R {shlex.quote(pattern)} -f {known_q} && {scan}",
-            )
-        return TargetError(
-            f"{self.name}: host key of {pattern} is not in {known_file}: the host offers "
-            f"{offered_text}; refusing to connect to an unknown host",
-            f"verify {offered_text} on the host (ssh-keygen -lf "
-            f"/etc/ssh/ssh_host_{_short_type(key_type)}_key.pub), then accept it: {scan}",
-        )
-
-    def _remember_host_key(self, resolved: _Resolved, key: asyncssh.SSHKey) -> Optional[str]:
-        """accept-new: add the first key of a new host to known_hosts, as OpenSSH does."""
-        if not resolved.known_hosts:
-            return None
-        path = Path(resolved.known_hosts[0])
-        key_text = " ".join(key.export_public_key().decode().split()[:2])
-        line = f"{known_hosts_pattern(resolved.host, resolved.port)} {key_text}\n"
-        try:
-            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-            with open(path, "a") as f:
-                f.write(line)
-        except OSError:
-            return None  # the connection is still fine; the note says the key was not saved
-        return str(path)
 
     # --- remote commands ----------------------------------------------------------------
 
@@ -727,7 +414,7 @@ class SshTarget:
         script = asyncio.get_running_loop().run_in_executor(
             None, lambda: _probe_script(dict(probe_config)).encode("utf-8")
         )
-        conn = await self._connect(resolved, run)
+        conn = await self._connect(resolved, run.notes)
         run.timings_s["connect"] = time.monotonic() - start
         finished = False
         try:
@@ -816,12 +503,6 @@ class SshTarget:
         if isinstance(notes, list):
             notes.extend(n for n in run.notes if not n.startswith("py-spy uploaded"))
 
-
-def _short_type(key_type: str) -> str:
-    # ssh-ed25519 -> ed25519, ecdsa-sha2-nistp256 -> ecdsa, ssh-rsa -> rsa
-    if key_type.startswith("ecdsa"):
-        return "ecdsa"
-    return key_type.replace("ssh-", "") or "*"
 
 
 def _probe_script(config: dict[str, Any]) -> str:

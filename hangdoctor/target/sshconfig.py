@@ -1,6 +1,9 @@
-"""Parse what the user types for an SSH host: ``[user@]host[:port]`` and ``-o Key=Value``.
+"""Parse what the user types for an SSH host: ``[user@]host[:port]`` and ``-o Key=Value``; and
+where the connection goes once ~/.ssh/config and those options are applied (:class:`Resolved`).
 
-Pure functions; the connection itself lives in :mod:`hangdoctor.target.ssh`.
+Pure functions; the connection itself lives in :mod:`hangdoctor.target.sshconnect`.
+
+Layer: target; may import: the standard library and hangdoctor.errors.
 """
 
 from __future__ import annotations
@@ -129,3 +132,14 @@ def parse_ssh_options(options: list[str]) -> dict[str, list[str]]:
 def known_hosts_pattern(host: str, port: int) -> str:
     """How OpenSSH writes a host in known_hosts: ``host`` on port 22, else ``[host]:port``."""
     return host if port == 22 else f"[{host}]:{port}"
+
+
+@dataclass
+class Resolved:
+    """Where the connection goes once ~/.ssh/config and -o options are applied."""
+
+    host: str
+    port: int
+    user: str
+    known_hosts: list[str]  # files; empty when checking is off
+    encryption_algs: Optional[list[str]] = None  # our order, where the user set none

@@ -10,6 +10,8 @@ same version loads that and skips compiling (~40 ms); any other compiles the sou
 Run it with ``python3 -c 'import sys; exec(compile(sys.stdin.buffer.read(), ...))'`` and the
 script on stdin (``python3 -`` works too, but reads long lines slowly); it prints one JSON
 snapshot on stdout and nothing else.
+
+Layer: collect; may import: the standard library only (it runs here and packs PROBE_MODULES; it is not shipped itself).
 """
 
 from __future__ import annotations
@@ -21,12 +23,17 @@ import marshal
 import zlib
 from importlib import resources
 
-# The order the probe imports them in; all are shipped, each runs when first imported.
+# In dependency order (each after the modules it imports); all are shipped, each runs when
+# first imported.
 PROBE_MODULES = [
     "hangdoctor.redact",
     "hangdoctor.collect.config",
     "hangdoctor.collect.procfs",
     "hangdoctor.collect.pyspy",
+    "hangdoctor.collect.nvml_records",
+    "hangdoctor.collect.nvml_watch",
+    "hangdoctor.collect.nvml_pynvml",
+    "hangdoctor.collect.nvml_smi",
     "hangdoctor.collect.nvml",
     "hangdoctor.collect.processes",
     "hangdoctor.collect.container",

@@ -22,7 +22,16 @@ import threading
 import time
 
 from hangdoctor import redact
-from hangdoctor.collect import container, engine_sources, locks, procfs, pyspy, sources
+from hangdoctor.collect import (
+    container,
+    container_runtime,
+    engine_sources,
+    locks,
+    procfs,
+    ptrace_denial,
+    pyspy,
+    sources,
+)
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.collect.processes import ProcReader, discover
 
@@ -223,7 +232,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                 "/proc/PID/environ unreadable for %d process(es): %s" % (
                     len(denied_env), ", ".join(map(str, denied_env[:8]))),
                 # the same access check as ptrace's: the same reason, the same fix
-                container.explain_denial(
+                ptrace_denial.explain_denial(
                     next((r.record.get("uid") for r in readers if r.pid == denied_env[0]), None),
                     snap["host"], {})[2])
 
@@ -333,7 +342,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     if log_paths:
         _read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline, log_end)
     if log_format and "log" in snap:
-        snap["log"]["tail"] = container.decode_log_lines(snap["log"]["tail"], log_format)
+        snap["log"]["tail"] = container_runtime.decode_log_lines(snap["log"]["tail"], log_format)
         snap["log"]["format"] = log_format
     if nccl_c is not None:
         futures["ncclB"] = pool.submit(_nccl_finish, futures["ncclA"], nccl_c, hard_deadline)
@@ -540,7 +549,7 @@ def _explain_denial(entry: Dict[str, Any], readers: List[ProcReader], pid: int,
         if pid in c["pids"]:
             names.update(container=c.get("name"), pod=c.get("pod"), namespace=c.get("namespace"))
             names["host_pid"] = names["host_pid"] or c.get("init_host_pid")
-    reason, why, fix = container.explain_denial(rec.get("uid"), host, names)
+    reason, why, fix = ptrace_denial.explain_denial(rec.get("uid"), host, names)
     entry["denied_reason"] = reason
     entry["error"] = "%s: %s" % (why, entry.get("error") or "permission denied")
     entry["remedy"] = fix

@@ -16,6 +16,8 @@ before the probe exits. The probe prints one JSON snapshot on stdout.
 Deadlines: the command must start the shell within ``start_timeout_s`` (a wedged runtime
 daemon, an unscheduled pod), the whole run ends by the probe's deadline plus ``margin_s``; the
 command is killed then (its process group: we started it), and whatever it said is the error.
+
+Layer: target; may import: the standard library, hangdoctor.errors, hangdoctor.redact and hangdoctor.collect (the probe config and packer, py-spy lookup, ptrace fixes).
 """
 
 from __future__ import annotations
@@ -591,7 +593,7 @@ def merge_runtime_facts(snapshot: dict[str, Any], facts: dict[str, Any]) -> dict
     fix is given again for this runtime (the probe could only guess it from inside), naming
     the container and the host pid of its init. Returns the entry.
     """
-    from hangdoctor.collect.container import ptrace_fix
+    from hangdoctor.collect.ptrace_denial import ptrace_fix
 
     containers = snapshot.get("containers")
     if not isinstance(containers, list):

@@ -47,6 +47,11 @@ PROBE_MODULES = [
     "hangdoctor.collect.metrics",
     "hangdoctor.collect.canary",
     "hangdoctor.collect.engine_sources",
+    "hangdoctor.collect.manifest",
+    "hangdoctor.collect.tasks",
+    "hangdoctor.collect.late_site",
+    "hangdoctor.collect.probe_log",
+    "hangdoctor.collect.probe_redact",
     "hangdoctor.collect.probe",
 ]
 

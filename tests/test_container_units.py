@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from hangdoctor.collect import container
+from hangdoctor.collect import cgroups, container, container_runtime, ptrace_denial
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import TargetError, UsageError
 from hangdoctor.target import parse_target
@@ -49,7 +49,7 @@ CGROUP_LINES = {
 @pytest.mark.parametrize("case", sorted(CGROUP_LINES))
 def test_identify_the_container_from_cgroup_paths(case: str) -> None:
     text, runtime, cid = CGROUP_LINES[case]
-    found = container.identify(container.parse_cgroup(text))
+    found = cgroups.identify(cgroups.parse_cgroup(text))
     assert found is not None and found["runtime"] == runtime and found["id"] == cid
     if runtime == "kubernetes":
         assert found["pod_uid"] == "1b4e28ba-2fa1-11d2-883f-0016d3cca427"
@@ -62,7 +62,7 @@ def test_identify_the_container_from_cgroup_paths(case: str) -> None:
     "0::/slurm/uid_1001/job_4242/step_0/task_0\n",
 ])
 def test_a_process_outside_containers_is_not_one(text: str) -> None:
-    assert container.identify(container.parse_cgroup(text)) is None
+    assert cgroups.identify(cgroups.parse_cgroup(text)) is None
 
 
 def test_ns_pids_outermost_first() -> None:
@@ -81,8 +81,8 @@ def _docker_root(tmp_path: Path) -> Path:
 
 def test_docker_state_files_name_the_container(tmp_path: Path) -> None:
     root = _docker_root(tmp_path)
-    assert container.docker_state(DOCKER_ID, [str(tmp_path / "nothing")]) is None
-    st = container.docker_state(DOCKER_ID, [str(tmp_path / "nothing"), str(root)])
+    assert container_runtime.docker_state(DOCKER_ID, [str(tmp_path / "nothing")]) is None
+    st = container_runtime.docker_state(DOCKER_ID, [str(tmp_path / "nothing"), str(root)])
     assert st is not None
     assert st["name"] == "hd-record-1" and st["image"] == "hangdoctor-test-base:1"
     assert st["shm_size_bytes"] == 256 << 20 and st["ipc_mode"] == "private"
@@ -94,7 +94,7 @@ def test_docker_state_files_name_the_container(tmp_path: Path) -> None:
 def test_docker_inspect_gives_the_same_facts_as_the_state_files(tmp_path: Path) -> None:
     doc = json.loads((RECORDED / "docker-inspect.json").read_text())
     facts = inspect_facts(doc)
-    st = container.docker_state(DOCKER_ID, [str(_docker_root(tmp_path))])
+    st = container_runtime.docker_state(DOCKER_ID, [str(_docker_root(tmp_path))])
     assert st is not None
     for key in ("name", "image", "shm_size_bytes", "ipc_mode", "cap_add", "memory_limit_bytes",
                 "log_path", "log_driver", "init_host_pid"):
@@ -110,19 +110,19 @@ def test_dockerd_data_root_is_found_from_its_command_line(tmp_path: Path) -> Non
     (proc / "4243").mkdir()
     (proc / "4243" / "comm").write_text("containerd\n")
     (proc / "4243" / "cmdline").write_bytes(b"containerd\0--root\0/elsewhere\0")
-    roots = container.docker_roots(str(proc))
+    roots = container_runtime.docker_roots(str(proc))
     assert roots[0] == "/var/lib/docker" and "/raid/docker" in roots and "/elsewhere" not in roots
 
 
 def test_docker_json_log_is_decoded_and_split_lines_joined() -> None:
     lines = (RECORDED / "docker-json.log").read_text().splitlines()
-    out = container.decode_log_lines(lines, "docker-json")
+    out = container_runtime.decode_log_lines(lines, "docker-json")
     assert out[0].startswith("WARNING shm broadcast: No available shared memory")
     assert out[1].startswith("INFO 12-01 09:00:00 [gpu_model_runner.py:1892]")
     assert out[2] == "x" * 20000  # Docker split it at 16 KiB
     assert len(out) == 3
     # a tail cut in the middle of a JSON object loses only that line
-    assert container.decode_log_lines(['"stream":"stdout"}'] + lines[:1], "docker-json") == out[:1]
+    assert container_runtime.decode_log_lines(['"stream":"stdout"}'] + lines[:1], "docker-json") == out[:1]
 
 
 def test_cri_log_is_decoded() -> None:
@@ -131,8 +131,8 @@ def test_cri_log_is_decoded() -> None:
         "2026-12-01T08:00:01.000000001Z stderr P part one, ",
         "2026-12-01T08:00:01.000000002Z stderr F part two",
     ]
-    assert container.decode_log_lines(lines, "cri") == ["INFO starting vLLM API server",
-                                                       "part one, part two"]
+    assert container_runtime.decode_log_lines(lines, "cri") == ["INFO starting vLLM API server",
+                                                               "part one, part two"]
 
 
 def test_pod_log_path_takes_the_latest_restart(tmp_path: Path) -> None:
@@ -140,8 +140,8 @@ def test_pod_log_path_takes_the_latest_restart(tmp_path: Path) -> None:
     d.mkdir(parents=True)
     for n in ("0.log", "1.log", "10.log", "1.log.20261201-000000.gz"):
         (d / n).write_text("x")
-    assert container.pod_log_path("llm", "vllm-0", "vllm", str(tmp_path)) == str(d / "10.log")
-    assert container.pod_log_path("llm", "vllm-1", "vllm", str(tmp_path)) is None
+    assert container_runtime.pod_log_path("llm", "vllm-0", "vllm", str(tmp_path)) == str(d / "10.log")
+    assert container_runtime.pod_log_path("llm", "vllm-1", "vllm", str(tmp_path)) is None
 
 
 def test_containerd_state_names_the_pod(tmp_path: Path) -> None:
@@ -153,7 +153,7 @@ def test_containerd_state_names_the_pod(tmp_path: Path) -> None:
         "io.kubernetes.cri.sandbox-name": "vllm-0",
         "io.kubernetes.cri.sandbox-namespace": "llm",
         "io.kubernetes.cri.image-name": "docker.io/vllm/vllm-openai:v0.11.0"}}))
-    st = container.containerd_state(K_ID, str(tmp_path))
+    st = container_runtime.containerd_state(K_ID, str(tmp_path))
     assert st == {"name": "vllm", "pod": "vllm-0", "namespace": "llm",
                   "image": "docker.io/vllm/vllm-openai:v0.11.0", "state_file": str(d / "config.json")}
 
@@ -181,7 +181,7 @@ def test_cgroup_v1_counters(tmp_path: Path) -> None:
     path = f"/docker/{DOCKER_ID}"
     _cgroup_v1(tmp_path, path)
     cg = {"memory": path, "cpu": path, "cpuacct": path}
-    out = container.cgroup_counters(cg, {"memory": "/"}, str(tmp_path))
+    out = cgroups.cgroup_counters(cg, {"memory": "/"}, str(tmp_path))
     assert out["cgroup_version"] == 1 and out["memory_limit_bytes"] == 1 << 30
     assert out["oom_kill"] == 2 and out["under_oom"] == 0 and out["memory_failcnt"] == 5012
     assert out["cpu_quota_cores"] == 4.0 and out["cpu_nr_throttled"] == 7
@@ -191,7 +191,7 @@ def test_cgroup_v1_counters(tmp_path: Path) -> None:
 def test_cgroup_v1_no_limit_is_none(tmp_path: Path) -> None:
     path = "/docker/x"
     _cgroup_v1(tmp_path, path, memory_limit_in_bytes="9223372036854771712")
-    out = container.cgroup_counters({"memory": path}, {}, str(tmp_path))
+    out = cgroups.cgroup_counters({"memory": path}, {}, str(tmp_path))
     assert "memory_limit_bytes" not in out
 
 
@@ -200,9 +200,9 @@ def test_inside_the_container_its_cgroup_is_the_root(tmp_path: Path) -> None:
     mounted at the root: it is used only when the probe is in that same cgroup."""
     _cgroup_v1(tmp_path, "/")
     path = f"/docker/{DOCKER_ID}"
-    inside = container.cgroup_counters({"memory": path}, {"memory": path}, str(tmp_path))
+    inside = cgroups.cgroup_counters({"memory": path}, {"memory": path}, str(tmp_path))
     assert inside["oom_kill"] == 2
-    outside = container.cgroup_counters({"memory": path}, {"memory": "/"}, str(tmp_path))
+    outside = cgroups.cgroup_counters({"memory": path}, {"memory": "/"}, str(tmp_path))
     assert "oom_kill" not in outside  # never the host's numbers as the container's
 
 
@@ -217,8 +217,8 @@ def test_cgroup_v2_counters(tmp_path: Path) -> None:
     (d / "cpu.stat").write_text("usage_usec 1\nnr_throttled 4\nthrottled_usec 250000\n")
     (d / "pids.current").write_text("40\n")
     (d / "pids.max").write_text("max\n")
-    out = container.cgroup_counters({"": f"/system.slice/docker-{DOCKER_ID}.scope"}, {"": "/"},
-                                    str(tmp_path))
+    out = cgroups.cgroup_counters({"": f"/system.slice/docker-{DOCKER_ID}.scope"}, {"": "/"},
+                                  str(tmp_path))
     assert out["cgroup_version"] == 2 and "memory_limit_bytes" not in out
     assert out["oom_kill"] == 1 and out["oom_events"] == 3 and out["memory_max_events"] == 12
     assert out["cpu_quota_cores"] == 2.0 and out["cpu_throttled_s"] == 0.25
@@ -237,24 +237,24 @@ def test_cgroup_v2_counters(tmp_path: Path) -> None:
     (0, {"euid": 0, "has_cap_sys_ptrace": True, "seccomp": 0}, "unknown"),
 ])
 def test_ptrace_reason(uid, host, reason) -> None:
-    assert container.ptrace_reason(uid, host) == reason
+    assert ptrace_denial.ptrace_reason(uid, host) == reason
 
 
 def test_ptrace_fix_per_runtime() -> None:
     names = {"container": "vllm", "pod": "vllm-0", "namespace": "llm", "host_pid": 4242}
-    docker = container.ptrace_fix("no-cap-other-uid", "docker", names)
+    docker = ptrace_denial.ptrace_fix("no-cap-other-uid", "docker", names)
     assert "docker run --cap-add SYS_PTRACE" in docker and "--pid 4242" in docker
-    k8s = container.ptrace_fix("no-cap-other-uid", "kubernetes", names)
+    k8s = ptrace_denial.ptrace_fix("no-cap-other-uid", "kubernetes", names)
     assert "securityContext.capabilities.add: [SYS_PTRACE]" in k8s
     assert "kubectl debug -it vllm-0 -n llm --profile=general --target=vllm" in k8s
-    assert "podman run --cap-add SYS_PTRACE" in container.ptrace_fix("yama-scope", "podman", names)
-    assert "seccomp=unconfined" in container.ptrace_fix("seccomp", "docker", names)
-    assert "seccompProfile" in container.ptrace_fix("seccomp", "kubernetes", names)
-    host = container.ptrace_fix("other-uid", None, {})
+    assert "podman run --cap-add SYS_PTRACE" in ptrace_denial.ptrace_fix("yama-scope", "podman", names)
+    assert "seccomp=unconfined" in ptrace_denial.ptrace_fix("seccomp", "docker", names)
+    assert "seccompProfile" in ptrace_denial.ptrace_fix("seccomp", "kubernetes", names)
+    host = ptrace_denial.ptrace_fix("other-uid", None, {})
     assert "sudo" in host and "--sudo" in host
-    assert "ptrace_scope=0" in container.ptrace_fix("yama-scope", None, {})
-    reason, why, _ = container.explain_denial(1000, {"euid": 0, "has_cap_sys_ptrace": False,
-                                                     "in_container": "docker"}, names)
+    assert "ptrace_scope=0" in ptrace_denial.ptrace_fix("yama-scope", None, {})
+    reason, why, _ = ptrace_denial.explain_denial(1000, {"euid": 0, "has_cap_sys_ptrace": False,
+                                                         "in_container": "docker"}, names)
     assert reason == "no-cap-other-uid" and "uid 1000" in why and "CAP_SYS_PTRACE" in why
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from hangdoctor.collect import nvml
+from hangdoctor.collect import nvml_records
+from hangdoctor.collect.probe_pack import PROBE_MODULES
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -283,14 +284,21 @@ def test_with_a_driver_library_pynvml_is_imported(libs, pids):
 
 
 def test_ships_as_stdlib_only_source():
-    """Executed like the probe bundle does, with no site-packages (so no pynvml): still answers."""
+    """Executed like the probe bundle does, with no site-packages (so no pynvml): still answers.
+
+    The adapter's modules are executed from their source alone, in PROBE_MODULES order."""
     if os.path.exists("/proc/driver/nvidia/version"):
         pytest.skip("this machine has an NVIDIA driver")
-    src = (REPO / "hangdoctor/collect/nvml.py").read_text()
+    names = [n for n in PROBE_MODULES if n.startswith("hangdoctor.collect.nvml")]
+    src = json.dumps([(n, (REPO / (n.replace(".", "/") + ".py")).read_text()) for n in names])
     code = (
         "import sys, types, json\n"
-        "m = types.ModuleType('hd_nvml'); sys.modules['hd_nvml'] = m\n"
-        "exec(compile(sys.stdin.read(), '<hangdoctor:nvml>', 'exec'), m.__dict__)\n"
+        "for pkg in ('hangdoctor', 'hangdoctor.collect'):\n"
+        "    p = types.ModuleType(pkg); p.__path__ = []; sys.modules[pkg] = p\n"
+        "for name, text in json.loads(sys.stdin.read()):\n"
+        "    m = types.ModuleType(name); sys.modules[name] = m\n"
+        "    exec(compile(text, '<hangdoctor:' + name + '>', 'exec'), m.__dict__)\n"
+        "m = sys.modules['hangdoctor.collect.nvml']\n"
         "s = m.GpuSampler(0.1); s.run(); print(json.dumps(s.result()))\n"
     )
     env = {"PATH": "/usr/bin:/bin"}
@@ -444,10 +452,10 @@ def test_nvidia_smi_without_driver_is_unavailable(tmp_path):
 
 
 def test_throttle_names():
-    assert nvml.throttle_names(0) == []
-    assert nvml.throttle_names(0x1) == ["idle"]
-    assert nvml.throttle_names(0x4 | 0x40) == ["sw_power_cap", "hw_thermal"]
-    assert nvml.throttle_names(0x1 | 0x1000) == ["idle", "0x1000"]
+    assert nvml_records.throttle_names(0) == []
+    assert nvml_records.throttle_names(0x1) == ["idle"]
+    assert nvml_records.throttle_names(0x4 | 0x40) == ["sw_power_cap", "hw_thermal"]
+    assert nvml_records.throttle_names(0x1 | 0x1000) == ["idle", "0x1000"]
 
 
 def test_gpu_scenario_script_help_needs_no_torch():
@@ -472,7 +480,7 @@ def test_parameter_names_agree_with_inspect_for_pynvml_wrapped_and_builtin_funct
 
     import pynvml
 
-    from hangdoctor.collect.nvml import _parameter_names
+    from hangdoctor.collect.nvml_pynvml import _parameter_names
 
     def plain(handle, version=None, *, extra=0):  # noqa: ANN001, ANN202
         return handle

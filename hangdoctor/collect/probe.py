@@ -11,6 +11,13 @@ Timeline, so that everything overlaps the sampling window::
         HTTP probes, kernel log
     t0 + window   read /proc again (sample B: CPU deltas, states, log growth, swap)
                   second py-spy dump of each process (stacks that moved)
+
+This module holds that flow (``collect``) and the entry point of the shipped probe
+(``main_json``); its pieces live beside it: manifest.py, tasks.py (threads), late_site.py
+(site-packages under ``python3 -S``), probe_log.py (the log over the window), probe_redact.py
+(redaction of the snapshot), and one module per source.
+
+Layer: collect; may import: the standard library and hangdoctor.collect (it ships in the probe).
 """
 
 from __future__ import annotations
@@ -21,10 +28,23 @@ import sys
 import threading
 import time
 
-from hangdoctor import redact
-from hangdoctor.collect import container, engine_sources, locks, procfs, pyspy, sources
+from hangdoctor.collect import (
+    container,
+    container_runtime,
+    engine_sources,
+    late_site,
+    locks,
+    probe_log,
+    probe_redact,
+    procfs,
+    ptrace_denial,
+    pyspy,
+    sources,
+)
 from hangdoctor.collect.config import ProbeConfig
+from hangdoctor.collect.manifest import Manifest
 from hangdoctor.collect.processes import ProcReader, discover
+from hangdoctor.collect.tasks import Pool, join
 
 # Annotations only (PEP 563): typing is not imported at run time, which saves the probe
 # ~5 ms on a remote host's bare interpreter (python3 -S).
@@ -37,62 +57,6 @@ TOOL_VERSION = "0.1.0"
 
 def _now_iso() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-class Manifest:
-    def __init__(self) -> None:
-        self.entries = []  # type: List[Dict[str, Any]]
-        self._lock = threading.Lock()
-
-    def add(self, source: str, status: str, duration_s: float = 0.0, detail: Optional[str] = None,
-            remedy: Optional[str] = None) -> None:
-        with self._lock:
-            self.entries.append({
-                "source": source, "status": status, "duration_s": round(duration_s, 4),
-                "detail": detail, "remedy": remedy,
-            })
-
-
-class _Task:
-    """One call in its own daemon thread, at most ``gate``'s count of them running at once."""
-
-    def __init__(self, fn: Any, args: Any, kwargs: Any, gate: threading.BoundedSemaphore) -> None:
-        self._finished = threading.Event()
-        self._value = None  # type: Any
-        self._error = None  # type: Optional[BaseException]
-
-        def run() -> None:
-            with gate:
-                try:
-                    self._value = fn(*args, **kwargs)
-                except BaseException as exc:  # handed to whoever asks for the result
-                    self._error = exc
-                finally:
-                    self._finished.set()
-
-        threading.Thread(target=run, name="hd-task", daemon=True).start()
-
-    def done(self) -> bool:
-        return self._finished.is_set()
-
-    def result(self, timeout: Optional[float] = None) -> Any:
-        if not self._finished.wait(timeout):
-            raise TimeoutError("not finished in time")
-        if self._error is not None:
-            raise self._error
-        return self._value
-
-
-class _Pool:
-    """What the probe needs of a thread pool, without concurrent.futures (and the logging it
-    imports: ~10 ms before the first sample on a remote host). Its threads are daemons: a
-    source wedged past the deadline never holds the probe's exit."""
-
-    def __init__(self, workers: int) -> None:
-        self._gate = threading.BoundedSemaphore(workers)
-
-    def submit(self, fn: Any, *args: Any, **kwargs: Any) -> _Task:
-        return _Task(fn, args, kwargs, self._gate)
 
 
 def _round_lead(futures: Dict[str, Any], targets: List[ProcReader], window_s: float) -> float:
@@ -166,7 +130,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     # process tree + sample A
     t0 = time.monotonic()
     kids = None  # ppid -> pids of the whole host, read only if the children files fail us
-    pool = _Pool(max(4, min(cfg.max_dump_concurrency, 32)))
+    pool = Pool(max(4, min(cfg.max_dump_concurrency, 32)))
     # The kernel walks its whole socket table for /proc/net/tcp (milliseconds, more on a busy
     # server): read it off the main thread, while the processes are read and the dumps start.
     listening = pool.submit(procfs.listening_sockets, proc)
@@ -223,7 +187,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                 "/proc/PID/environ unreadable for %d process(es): %s" % (
                     len(denied_env), ", ".join(map(str, denied_env[:8]))),
                 # the same access check as ptrace's: the same reason, the same fix
-                container.explain_denial(
+                ptrace_denial.explain_denial(
                     next((r.record.get("uid") for r in readers if r.pid == denied_env[0]), None),
                     snap["host"], {})[2])
 
@@ -240,7 +204,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         runtime_path, log_format = containers.runtime_log(roots)
         if runtime_path:
             log_paths = [runtime_path]
-    log_a = log_end = None  # type: Optional[sources.LogRead]
+    log_a: Optional[sources.LogRead] = None
+    log_end: Optional[sources.LogRead] = None
     if not log_paths:
         man.add("log", "not-given", 0.0, "no server log given and none found on the server's stdout",
                 "pass --log FILE")
@@ -264,7 +229,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                                         max(0.5, min(2.0, (hard_deadline - time.monotonic()) * 0.2)))
         futures["ncclA"] = pool.submit(nccl_c.start)
     # after the first dumps are on their way: site.main() then overlaps their wait
-    site_thread = _start_site(cfg)
+    site_thread = late_site.start_site(cfg)
     try:
         listen_map = listening.result(timeout=max(0.0, min(5.0, hard_deadline - time.monotonic())))
     except Exception as exc:
@@ -293,7 +258,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                 from hangdoctor.collect import nvml as nvml_mod
                 gpu["sampler"] = nvml_mod.GpuSampler(
                     window_s=gpu_window_s,
-                    before_pynvml=lambda: _join(site_thread, hard_deadline - 2.0))
+                    before_pynvml=lambda: join(site_thread, hard_deadline - 2.0))
             except Exception as exc:
                 gpu["error"] = "NVML sampler could not start: %s" % exc
                 return
@@ -331,9 +296,9 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             r.record.setdefault("exit_info", "unreadable at window end: %s" % exc)
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
     if log_paths:
-        _read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline, log_end)
+        probe_log.read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline, log_end)
     if log_format and "log" in snap:
-        snap["log"]["tail"] = container.decode_log_lines(snap["log"]["tail"], log_format)
+        snap["log"]["tail"] = container_runtime.decode_log_lines(snap["log"]["tail"], log_format)
         snap["log"]["format"] = log_format
     if nccl_c is not None:
         futures["ncclB"] = pool.submit(_nccl_finish, futures["ncclA"], nccl_c, hard_deadline)
@@ -420,11 +385,11 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             man.add("kernel_log", "timeout", 0.0, "dmesg did not finish by the deadline")
 
     # /proc is read directly (it is faster); psutil's presence is only recorded, not imported
-    _join(site_thread, hard_deadline - 0.5)
+    join(site_thread, hard_deadline - 0.5)
     for entry in man.entries:
         if entry["source"] == "processes":
             entry["detail"] += "; backend %s" % (
-                "proc (psutil present)" if _has_module("psutil") else "proc")
+                "proc (psutil present)" if late_site.has_module("psutil") else "proc")
 
     # GPUs
     if sampler_thread is not None:
@@ -484,7 +449,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         # inside the deadline and timed: every pattern is linear and every line capped, so
         # this is milliseconds even for a tail of 200 KB lines
         t0 = time.monotonic()
-        _redact_snapshot(snap)
+        probe_redact.redact_snapshot(snap)
         man.add("redaction", "ok", time.monotonic() - t0)
     snap["probe_duration_s"] = round(time.monotonic() - t_start, 3)
     return snap
@@ -540,87 +505,12 @@ def _explain_denial(entry: Dict[str, Any], readers: List[ProcReader], pid: int,
         if pid in c["pids"]:
             names.update(container=c.get("name"), pod=c.get("pod"), namespace=c.get("namespace"))
             names["host_pid"] = names["host_pid"] or c.get("init_host_pid")
-    reason, why, fix = container.explain_denial(rec.get("uid"), host, names)
+    reason, why, fix = ptrace_denial.explain_denial(rec.get("uid"), host, names)
     entry["denied_reason"] = reason
     entry["error"] = "%s: %s" % (why, entry.get("error") or "permission denied")
     entry["remedy"] = fix
     return entry["error"], fix
 
-
-def _pth_paths_only(sitedir: str, name: str, known_paths: Any) -> Any:
-    """``site.addpackage`` without the ``import`` lines: a .pth file's folders are added to
-    sys.path, its code is not run."""
-    if known_paths is None:
-        known_paths = set()
-    try:
-        with open(os.path.join(sitedir, name), encoding="utf-8", errors="replace") as f:
-            lines = f.read().splitlines()
-    except OSError:
-        return known_paths
-    for line in lines:
-        if not line.strip() or line.startswith(("#", "import ", "import\t")):
-            continue
-        path = os.path.abspath(os.path.join(sitedir, line.rstrip()))
-        if path not in known_paths and os.path.exists(path):
-            sys.path.append(path)
-            known_paths.add(path)
-    return known_paths
-
-
-def _add_site_packages() -> None:
-    """The folders of ``site.main()`` (venv, user site, distribution patches included), without
-    running the environment's code: no .pth ``import`` lines, no sitecustomize.
-
-    The probe looks there for psutil and pynvml only. The server's environment may run
-    anything at start-up (editable-install finders, CA injectors, profilers): 20-50 ms of CPU
-    on the host being diagnosed, or worse, and none of it is the probe's business."""
-    import site
-
-    site.addpackage = _pth_paths_only
-    site.execsitecustomize = site.execusercustomize = lambda: None
-    site.main()
-
-
-def _start_site(cfg: ProbeConfig) -> Optional[threading.Thread]:
-    """Under ``python3 -S`` with ``late_site``: add site-packages in a thread.
-
-    Only pynvml and the psutil check need site-packages; the probe's first sample need not
-    wait for them.
-    """
-    if not (cfg.late_site and sys.flags.no_site):
-        return None
-
-    def load() -> None:
-        try:
-            _add_site_packages()
-        except Exception:  # an odd site.py: the stdlib probe does without site-packages
-            pass
-
-    thread = threading.Thread(target=load, name="hd-site", daemon=True)
-    thread.start()
-    return thread
-
-
-def _join(thread: Optional[threading.Thread], until: float) -> None:
-    if thread is not None:
-        thread.join(timeout=max(0.0, until - time.monotonic()))
-
-
-def _has_module(name: str) -> bool:
-    """Whether the top-level module ``name`` can be imported, without importing it (what
-    importlib.util.find_spec does for a top-level name, without importlib.util's ~4 ms)."""
-    if name in sys.modules:
-        return True
-    for finder in sys.meta_path:
-        find_spec = getattr(finder, "find_spec", None)
-        if find_spec is None:
-            continue
-        try:
-            if find_spec(name, None) is not None:
-                return True
-        except (ImportError, ValueError):
-            continue
-    return False
 
 
 def _host_info(cfg: ProbeConfig) -> Dict[str, Any]:
@@ -646,120 +536,6 @@ def _host_info(cfg: ProbeConfig) -> Dict[str, Any]:
         "has_cap_sys_ptrace": has_ptrace,
     }
 
-
-LOG_TIMEOUT_S = 3.0  # for each read of the log: a hung mount never answers
-
-
-def _read_log(snap: Dict[str, Any], log_a: Optional[sources.LogRead], paths: List[str],
-              given: bool, man: Manifest, hard_deadline: float,
-              log_end: Optional[sources.LogRead] = None) -> None:
-    """The log's size at the window's start (``log_a``), its tail and size at the end."""
-    t0 = time.monotonic()
-
-    def budget() -> float:
-        return max(0.2, min(LOG_TIMEOUT_S, hard_deadline - time.monotonic() - 0.5))
-
-    def timed_out(res: Dict[str, Any], path: str) -> bool:
-        if not res.get("timeout"):
-            return False
-        man.add("log", "timeout", time.monotonic() - t0,
-                "%s: no answer within %.1f s (a hung network or FUSE file system?); not read"
-                % (path, res.get("waited_s") or budget()),
-                "check the mount (`stat %s` hangs too?); the rest of the evidence was kept" % path)
-        return True
-
-    start = log_a.result(budget()) if log_a is not None else None
-    where = paths[0] if given or len(paths) == 1 else "the server's stdout/stderr"
-    if start is not None and timed_out(start, where):
-        return
-    if start is not None and not start.get("path"):
-        _log_error(start, given, man, time.monotonic() - t0)
-        return
-    path = start["path"] if start is not None else None
-    if log_end is None:
-        log_end = sources.LogRead([path] if path else paths, given or bool(path), tail=True)
-    end = log_end.result(budget())
-    if timed_out(end, path or where):
-        return
-    if not end.get("path") or end.get("error"):
-        _log_error(end, given, man, time.monotonic() - t0)
-        return
-    path = end["path"]
-    size_start = start["size"] if start is not None else end.get("size_start", end["size"])
-    tail = end.get("tail") or []
-    snap["log"] = {
-        "path": path,
-        "size_start": size_start,
-        "size_end": end["size"],
-        "grew_bytes": max(0, end["size"] - size_start),
-        "mtime": end["mtime"],
-        "age_s": round(max(0.0, time.time() - end["mtime"]), 2),
-        "tail": tail,
-        "auto_detected": not given,
-    }
-    man.add("log", "ok", time.monotonic() - t0, "%s, %d lines kept%s" % (
-        path, len(tail), "" if given else " (found on the server's stdout)"))
-
-
-def _log_error(res: Dict[str, Any], given: bool, man: Manifest, duration_s: float) -> None:
-    if given:
-        detail = res.get("error") or "the log could not be read"
-        remedy = "check the path given to --log" if ": " in detail and "not read" not in detail \
-            else None
-        man.add("log", "failed", duration_s, detail, remedy)
-    elif res.get("error"):
-        man.add("log", "failed", duration_s, res["error"])
-    else:
-        man.add("log", "not-given", duration_s,
-                "no server log given and none found on the server's stdout"
-                + ("; skipped: %s" % "; ".join(res.get("skipped") or [])
-                   if res.get("skipped") else ""), "pass --log FILE")
-
-
-def _redact_locals(frames: List[Dict[str, Any]]) -> None:
-    for f in frames:
-        loc = f.get("locals")
-        if not loc:
-            continue
-        for item in loc:
-            if not isinstance(item, dict):
-                continue
-            name = str(item.get("name") or "")
-            if redact.is_secret_key(name):
-                item["repr"] = redact.MASK
-            elif isinstance(item.get("repr"), str):
-                item["repr"] = redact.redact_text(item["repr"])
-
-
-def _redact_snapshot(snap: Dict[str, Any]) -> None:
-    for p in snap.get("processes", []):
-        if p.get("cmdline"):
-            p["cmdline"] = redact.redact_argv(p["cmdline"])
-        if p.get("env"):
-            p["env"] = redact.redact_env(p["env"])
-        for key in ("name", "exe"):
-            if isinstance(p.get(key), str):
-                p[key] = redact.redact_text(p[key])
-        for t in p.get("threads", []):
-            if isinstance(t.get("name"), str):
-                t["name"] = redact.redact_text(t["name"])
-    for entry in snap.get("stacks", {}).values():
-        for s in entry.get("samples", []):
-            for t in s.get("threads", []):
-                if isinstance(t.get("name"), str):
-                    t["name"] = redact.redact_text(t["name"])
-                _redact_locals(t.get("frames", []))
-        if isinstance(entry.get("error"), str):
-            entry["error"] = redact.redact_text(entry["error"])
-    if "log" in snap:
-        snap["log"]["tail"] = redact.redact_lines(snap["log"]["tail"])
-    if "kernel_log" in snap:
-        snap["kernel_log"]["lines"] = redact.redact_lines(snap["kernel_log"]["lines"])
-    for h in snap.get("http", []):
-        if isinstance(h.get("body"), str):
-            h["body"] = redact.redact_text(h["body"])
-    for d in snap.get("targets", {}).get("discovery", []):
-        d["cmdline"] = redact.redact_text(d.get("cmdline") or "")
 
 
 def main_json(config_json: str) -> None:

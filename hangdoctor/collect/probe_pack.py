@@ -10,6 +10,8 @@ same version loads that and skips compiling (~40 ms); any other compiles the sou
 Run it with ``python3 -c 'import sys; exec(compile(sys.stdin.buffer.read(), ...))'`` and the
 script on stdin (``python3 -`` works too, but reads long lines slowly); it prints one JSON
 snapshot on stdout and nothing else.
+
+Layer: collect; may import: the standard library only (it runs here and packs PROBE_MODULES; it is not shipped itself).
 """
 
 from __future__ import annotations
@@ -21,14 +23,22 @@ import marshal
 import zlib
 from importlib import resources
 
-# The order the probe imports them in; all are shipped, each runs when first imported.
+# In dependency order (each after the modules it imports); all are shipped, each runs when
+# first imported.
 PROBE_MODULES = [
     "hangdoctor.redact",
     "hangdoctor.collect.config",
     "hangdoctor.collect.procfs",
     "hangdoctor.collect.pyspy",
+    "hangdoctor.collect.nvml_records",
+    "hangdoctor.collect.nvml_watch",
+    "hangdoctor.collect.nvml_pynvml",
+    "hangdoctor.collect.nvml_smi",
     "hangdoctor.collect.nvml",
     "hangdoctor.collect.processes",
+    "hangdoctor.collect.cgroups",
+    "hangdoctor.collect.container_runtime",
+    "hangdoctor.collect.ptrace_denial",
     "hangdoctor.collect.container",
     "hangdoctor.collect.sources",
     "hangdoctor.collect.nccl_sources",
@@ -37,6 +47,11 @@ PROBE_MODULES = [
     "hangdoctor.collect.metrics",
     "hangdoctor.collect.canary",
     "hangdoctor.collect.engine_sources",
+    "hangdoctor.collect.manifest",
+    "hangdoctor.collect.tasks",
+    "hangdoctor.collect.late_site",
+    "hangdoctor.collect.probe_log",
+    "hangdoctor.collect.probe_redact",
     "hangdoctor.collect.probe",
 ]
 

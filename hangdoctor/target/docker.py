@@ -6,8 +6,7 @@ of its init, --shm-size, --ipc, capabilities, memory limit, GPUs requested, OOMK
 after the window ``docker logs`` gives what the server printed (the runtime keeps its stdout).
 The docker CLI honours DOCKER_HOST and DOCKER_CONTEXT as usual; ``--context`` picks one.
 
-Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
-hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
+Layer: target; may import: the standard library, hangdoctor.errors, hangdoctor.target and hangdoctor.collect (the container facts).
 """
 
 from __future__ import annotations
@@ -138,10 +137,10 @@ def docker_error(name: str, container: str, text: str, returncode: Optional[int]
 
 
 def inspect_facts(doc: dict[str, Any]) -> dict[str, Any]:
-    """The container facts of one ``docker inspect`` document: the names collect/container.py
-    gives the same facts when it reads the runtime's state files from the host (one mapping,
-    ``docker_facts``, serves both)."""
-    from hangdoctor.collect.container import docker_facts
+    """The container facts of one ``docker inspect`` document: the names
+    collect/container_runtime.py gives the same facts when it reads the runtime's state files
+    from the host (one mapping, ``docker_facts``, serves both)."""
+    from hangdoctor.collect.container_runtime import docker_facts
 
     facts = {
         "runtime": "docker",

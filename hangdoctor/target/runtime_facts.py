@@ -39,7 +39,7 @@ def merge_runtime_facts(snapshot: dict[str, Any], facts: dict[str, Any]) -> dict
     fix is given again for this runtime (the probe could only guess it from inside), naming
     the container and the host pid of its init. Returns the entry.
     """
-    from hangdoctor.collect.container import ptrace_fix
+    from hangdoctor.collect.ptrace_denial import ptrace_fix
 
     containers = snapshot.get("containers")
     if not isinstance(containers, list):

@@ -6,6 +6,9 @@ says whether it was sent. The model name comes from ``GET /v1/models``; an API k
 given, goes in the ``Authorization`` header and nowhere else (never in the snapshot).
 
 Stdlib only, Python 3.8 compatible (ships with the probe).
+
+Layer: collect; may import: the standard library, psutil and pynvml (both optional),
+hangdoctor.collect and hangdoctor.redact (it ships in the probe, Python 3.8+).
 """
 
 from __future__ import annotations

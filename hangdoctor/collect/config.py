@@ -1,6 +1,9 @@
 """What the probe is asked to collect. Plain data: it travels to remote hosts as JSON.
 
 Stdlib only, Python 3.8 compatible (ships with the probe).
+
+Layer: collect; may import: the standard library, psutil and pynvml (both optional),
+hangdoctor.collect and hangdoctor.redact (it ships in the probe, Python 3.8+).
 """
 
 from __future__ import annotations

@@ -7,6 +7,9 @@
   ``--probe-generate``, the 1-token canary (after the samples: its token is not progress).
 
 Stdlib only, Python 3.8 compatible (ships with the probe).
+
+Layer: collect; may import: the standard library, psutil and pynvml (both optional),
+hangdoctor.collect and hangdoctor.redact (it ships in the probe, Python 3.8+).
 """
 
 from __future__ import annotations

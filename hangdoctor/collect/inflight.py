@@ -8,6 +8,9 @@ counters), at both ends of the window. Read-only: nothing is sent to the server.
 is refused, ``/proc/net/tcp[6]`` gives the connections without the timings.
 
 Stdlib only, Python 3.8 compatible (ships with the probe).
+
+Layer: collect; may import: the standard library, psutil and pynvml (both optional),
+hangdoctor.collect and hangdoctor.redact (it ships in the probe, Python 3.8+).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ comes from the open files of the waiter and the holder. A FIFO read blocks in ``
 like a multiprocessing pipe does; its open file (a path, not ``pipe:[N]``) tells them apart.
 
 Stdlib only, Python 3.8 compatible (ships with the probe). Reads only.
+
+Layer: collect; may import: the standard library, psutil and pynvml (both optional),
+hangdoctor.collect and hangdoctor.redact (it ships in the probe, Python 3.8+).
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ the families of inference engines (``vllm:``, ``sglang:``, ``tgi_``, Triton's
 counters that do not move while requests wait are a step that does not finish.
 
 Stdlib only, Python 3.8 compatible (ships with the probe).
+
+Layer: collect; may import: the standard library, psutil and pynvml (both optional),
+hangdoctor.collect and hangdoctor.redact (it ships in the probe, Python 3.8+).
 """
 
 from __future__ import annotations

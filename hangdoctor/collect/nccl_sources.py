@@ -19,6 +19,9 @@ Runs in the probe, on the target host (stdlib only, Python 3.8+). Three read-onl
 
 Writing to the on-demand pipe (``TORCH_NCCL_DEBUG_INFO_PIPE_FILE``) asks the target to dump:
 that is done only when the user passed ``--fr-dump`` (``request_fr_dump``), and said in the report.
+
+Layer: collect; may import: the standard library, psutil and pynvml (both optional),
+hangdoctor.collect and hangdoctor.redact (it ships in the probe, Python 3.8+).
 """
 
 from __future__ import annotations

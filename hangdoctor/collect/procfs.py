@@ -3,6 +3,9 @@
 Stdlib only, Python 3.8 compatible (ships with the probe). Every reader returns None or an
 empty value for a process that vanished or a file that cannot be read; nothing here raises
 for a target that changed under us.
+
+Layer: collect; may import: the standard library, psutil and pynvml (both optional),
+hangdoctor.collect and hangdoctor.redact (it ships in the probe, Python 3.8+).
 """
 
 from __future__ import annotations

@@ -5,6 +5,9 @@ Stdlib only, Python 3.8 compatible (ships with the probe).
 py-spy pauses a process for a few milliseconds while it reads its memory; that is the only
 intrusion hangdoctor makes. A stopped process (state T) cannot be suspended again, so it is
 read with ``--nonblocking``, which does not pause it at all.
+
+Layer: collect; may import: the standard library, psutil and pynvml (both optional),
+hangdoctor.collect and hangdoctor.redact (it ships in the probe, Python 3.8+).
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 reading a log file's tail without ever blocking.
 
 Stdlib only, Python 3.8 compatible (ships with the probe).
+
+Layer: collect; may import: the standard library, psutil and pynvml (both optional),
+hangdoctor.collect and hangdoctor.redact (it ships in the probe, Python 3.8+).
 """
 
 from __future__ import annotations

@@ -2,6 +2,9 @@
 :class:`~hangdoctor.engines.spec.EngineModel` made of data. ``detect`` names the engine of a
 process tree from its command lines; the evidence view (:mod:`hangdoctor.evidence.engine_view`) asks
 the model what each process is and what phase its stack is in.
+
+Layer: engines; may import: the standard library and hangdoctor.engines (engine models are
+data).
 """
 
 from __future__ import annotations

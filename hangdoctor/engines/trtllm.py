@@ -8,6 +8,9 @@ Python model instance.
 
 ``trtllm-serve``'s ``/health`` says the HTTP server is up; Triton's ``/v2/health/ready`` says
 the models are loaded. Neither runs a request through the executor.
+
+Layer: engines; may import: the standard library and hangdoctor.engines (engine models are
+data).
 """
 
 from __future__ import annotations

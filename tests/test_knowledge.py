@@ -5,6 +5,8 @@ and the knowledge check reaches the report: known issues linked, the next experi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hangdoctor.evidence.model import Evidence
@@ -162,3 +164,39 @@ def test_a_weak_finding_is_still_ranked() -> None:
     a = analyze([analyze_inputs([("launcher.log", text)])])
     assert a["causes"] and a["causes"][0]["confidence"] == "low"
     assert a["verdict"] == "inconclusive"  # ranked, yet one weak line does not make it 'hung'
+
+
+def test_next_experiment_speaks_the_engines_flags() -> None:
+    """tp1 in vLLM's flags for a vLLM server, in general terms for a plain torch.distributed job
+    (which has no --tensor-parallel-size)."""
+    import json
+
+    snaps = Path(__file__).parent / "fixtures" / "snapshots"
+    plain = analyze([json.loads((snaps / "gpu-peer-never-joins.json").read_text())])
+    assert plain["next_experiment"]["id"] == "tp1", plain["next_experiment"]
+    assert "--tensor-parallel-size" not in plain["next_experiment"]["toggle"]
+    assert plain["next_experiment"]["toggle"].startswith("one GPU: world size 1")
+    vllm = analyze([json.loads((snaps / "vllm-engine-died.json").read_text())])
+    assert vllm["next_experiment"]["id"] == "tp1", vllm["next_experiment"]
+    assert vllm["next_experiment"]["toggle"].startswith("--tensor-parallel-size 1")
+
+
+def test_a_healthy_server_gets_no_experiment() -> None:
+    import json
+
+    snaps = Path(__file__).parent / "fixtures" / "snapshots"
+    a = analyze([json.loads((snaps / "vllm-healthy-idle.json").read_text())])
+    assert a["verdict"] == "healthy" and a["next_experiment"] is None, a["next_experiment"]
+
+
+def test_features_logged_as_off_are_not_facts() -> None:
+    """vLLM logs every engine argument at start-up; 'speculative_config=None' is not speculative
+    decoding (seen: 'drop --speculative-config' proposed for a TP=2 server without it)."""
+    from hangdoctor.knowledge import facts
+
+    off = facts.extract(["non-default args: {'tensor_parallel_size': 2}, speculative_config=None,",
+                         "server_args=ServerArgs(enable_dp_attention=False, tp_size=2)"])
+    assert "spec_decode" not in off and "dp_attention" not in off, off
+    on = facts.extract(["speculative_config=SpeculativeConfig(method='eagle', num_spec_tokens=3)",
+                        '  File "sglang/srt/layers/dp_attention.py", line 826, in dp_scatter'])
+    assert on.get("spec_decode") and on.get("dp_attention"), on

@@ -43,13 +43,16 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     ("gpu_arch*", re.compile(r"(?i)compute ?capability[: ]+(\d{1,2})\.(\d)")),
 ]
 _FLAGS: list[tuple[str, re.Pattern[str]]] = [
+    # vLLM logs every engine argument at start-up: "speculative_config=None" and SGLang's
+    # "enable_dp_attention=False" say the feature is off
     ("spec_decode", re.compile(r"(?i)--speculative[-_](?:config|model|algorithm)|num_speculative_tokens|"
-                               r"speculative_config")),
+                               r"speculative_config(?!=None\b)")),
     ("enforce_eager", re.compile(r"--enforce[-_]eager|enforce_eager=True")),
     ("custom_ar_disabled", re.compile(r"--disable[-_]custom[-_]all[-_]reduce|disable_custom_all_reduce=True")),
     ("ipc_host", re.compile(r"--ipc[= ]host")),
     ("expert_parallel", re.compile(r"--enable[-_]expert[-_]parallel|--ep[-_]size[= ]+[2-9]")),
-    ("dp_attention", re.compile(r"--enable[-_]dp[-_]attention|dp_attention")),
+    ("dp_attention", re.compile(r"--enable[-_]dp[-_]attention|enable_dp_attention=True|"
+                                r"(?<!enable_)dp_attention(?!=False)")),
     ("docker", re.compile(r"\bdocker run\b|nvidia-docker|\bdocker\b")),
     ("cross_node", re.compile(r"(?i)\bRoCE\b|across (?:the )?(?:two |\d+ )?nodes|cross-node|multi-node|"
                               r"\bEFA\b|InfiniBand|--nnodes[= ]+[2-9]")),

@@ -91,16 +91,19 @@ def rank_confidence(causes: list[dict[str, Any]], ev: Evidence) -> None:
 
 
 def choose_experiment(causes: list[dict[str, Any]], facts: dict[str, Any],
-                      known: list[dict[str, Any]] | None = None) -> dict[str, Any] | None:
+                      known: list[dict[str, Any]] | None = None,
+                      engine: str | None = None) -> dict[str, Any] | None:
     """The one A/B toggle that best tells the leading hypotheses apart (knowledge/experiments.json):
     it confirms one of the top two and speaks against the other; else it tests the first. A known
-    issue behind the first cause names its own test (its fix, tried once)."""
+    issue behind the first cause names its own test (its fix, tried once). The toggle is said in
+    the engine's own flags when the experiment has them (``toggle_by_engine``), else in general
+    terms: a plain torch.distributed job has no ``--tensor-parallel-size``."""
     from hangdoctor.knowledge import matcher
 
     if not causes:
         return None
     top = [c["id"] for c in causes[:3]]
-    view = matcher.View(facts=facts or {})
+    view = matcher.View(facts={**(facts or {}), **({"engine": engine} if engine else {})})
     named = [k.get("experiment") for k in known or [] if k.get("cause") == top[0] and k.get("experiment")]
     best, best_score = None, 0
     for e in matcher.experiments():
@@ -128,7 +131,8 @@ def choose_experiment(causes: list[dict[str, Any]], facts: dict[str, Any],
     if best is None:
         return None
     between = [t for t in top[:2] if t in best["confirms"] or t in best["rules_out"]]
-    return {"id": best["id"], "toggle": best["toggle"], "between": between,
+    toggle = (best.get("toggle_by_engine") or {}).get(engine or "") or best["toggle"]
+    return {"id": best["id"], "toggle": toggle, "between": between,
             "if_fixed": best["if_fixed"], "if_not": best["if_not"]}
 
 
@@ -574,7 +578,10 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         "collection": collection,
         "weakened": _weakened(ev),
         "known_issues": facts.get("known_issues") or [],
-        "next_experiment": choose_experiment(causes, facts.get("env_facts") or {}, facts.get("known_issues")),
+        # a healthy server has no hang to split: no toggle to try (seen: "lsof on the lock file"
+        # proposed for an idle vLLM that answered)
+        "next_experiment": None if verdict == "healthy" else choose_experiment(
+            causes, facts.get("env_facts") or {}, facts.get("known_issues"), engine=ev.engine.name),
         "environment": facts.get("environment") or {},
         "next_command": _next_command(ev, verdict, causes),
         "intrusion": intrusion,

@@ -61,7 +61,7 @@ def frontend_stack(ev: Evidence):
             cleared("the silent port's owner shows no front-end problem in its stack")
     engine_idle = [r for r in ev.ranks if r.wait_kind in ("ipc-wait", "serving-idle")]
     if signals and engine_idle and len(engine_idle) == len(ev.ranks):
-        signals.append(support("frontend-hang", 0.2, f"all {len(engine_idle)} engine workers idle, waiting for input"))
+        signals.append(support("frontend-hang", 0.2, f"all {len(engine_idle)} worker ranks idle, waiting for input (no engine model names them)"))
     if signals:
         return fired(signals[0].text, *signals)
     return cleared("the silent port's owner shows no front-end problem in its stack")

@@ -140,10 +140,22 @@ def test_a_late_health_under_load_is_still_serving() -> None:
     assert all(c["score"] < 0.3 for c in a["causes"] if c["id"] == "frontend-hang"), a["causes"]
 
 
-def test_a_late_health_with_metrics_unanswered_is_not_called_healthy() -> None:
-    snap = _health_late(load("healthy-load"))
+def _metrics_late(snap: dict[str, Any]) -> dict[str, Any]:
     for m in snap["engine_progress"]["metrics"].values():
         m["end"] = {"ok": False, "error": "no answer within 2.0 s"}
         m["delta"] = None
+    return snap
+
+
+def test_a_late_health_and_metrics_with_clients_served_is_still_serving() -> None:
+    a = analyze([_metrics_late(_health_late(load("healthy-load")))])
+    assert a["verdict"] == "healthy", (a["verdict"], a["verdict_reason"])
+    assert "but clients got bytes back" in a["verdict_reason"], a["verdict_reason"]
+
+
+def test_a_late_health_with_nothing_served_is_not_called_healthy() -> None:
+    snap = _metrics_late(_health_late(load("healthy-load")))
+    for side in ("connections_start", "connections_end"):
+        snap["engine_progress"][side]["connections"] = []
     a = analyze([snap])
     assert a["verdict"] != "healthy", (a["verdict"], a["verdict_reason"])

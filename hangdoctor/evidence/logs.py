@@ -29,12 +29,9 @@ from hangdoctor.evidence.log_signatures import (
     nccl_data,
     recognise,
 )
-from hangdoctor.snapshot.loglines import MAX_LINE_CHARS, LinePrefix, split_prefix
+from hangdoctor.snapshot.loglines import MAX_LINE_CHARS, LinePrefix, split_prefix, strip_ansi
 
 # --- line cleaning ---------------------------------------------------------------------------
-
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
-
 
 def clean_line(raw: str) -> str:
     """Strip the newline, ANSI colours and carriage-return overwrites (keep the last state)."""
@@ -45,8 +42,7 @@ def clean_line(raw: str) -> str:
         # tqdm redraws a bar with '\r': the text after the last '\r' is what the terminal shows.
         parts = [p for p in line.split("\r") if p.strip()]
         line = parts[-1] if parts else ""
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
+    line = strip_ansi(line)
     if len(line) > MAX_LINE_CHARS:
         line = line[:MAX_LINE_CHARS] + f" …[cut {len(line) - MAX_LINE_CHARS} chars]"
     return line

@@ -33,6 +33,7 @@ from hangdoctor.parsers.ps import parse_ps
 from hangdoctor.parsers.pyspy_json import parse_pyspy_json
 from hangdoctor.parsers.pyspy_text import parse_pyspy_text
 from hangdoctor.parsers.traceback import dumps_from_tracebacks, parse_tracebacks
+from hangdoctor.parsers.unwrap import unwrap
 from hangdoctor.redact import redact_obj
 
 # nvidia-smi that did not answer or could not reach a GPU, as people paste it or describe it
@@ -539,16 +540,21 @@ def analyze_inputs(inputs: list[tuple[str, str]]) -> dict:
     ``pasted`` with kind ``snapshot`` / ``analysis`` and a note (the CLI routes those itself).
     """
     b = _Builder()
-    for source, text in inputs:
-        b.notes.extend(getattr(text, "notes", ()) or ())
-        segs = split_segments(str(text))
+    for source, given in inputs:
+        b.notes.extend(getattr(given, "notes", ()) or ())
+        text, taken = unwrap(str(given))
+        if taken:
+            b.notes.append(f"{source}: read without its wrapping ({', '.join(taken)})")
+        segs = split_segments(text)
         kinds = list(dict.fromkeys(s.kind for s in segs))
         entry: dict = {
             "source": source,
             "kinds": kinds,
-            "lines": str(text).count("\n") + (1 if text and not str(text).endswith("\n") else 0),
-            "bytes": len(str(text).encode("utf-8", "replace")),
+            "lines": str(given).count("\n") + (1 if given and not str(given).endswith("\n") else 0),
+            "bytes": len(str(given).encode("utf-8", "replace")),
         }
+        if taken:
+            entry["unwrapped"] = taken
         flavours = sorted({s.flavour for s in segs if s.flavour})
         if flavours:
             entry["log_flavours"] = flavours

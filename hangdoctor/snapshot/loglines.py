@@ -18,6 +18,14 @@ from typing import Optional
 # Lines longer than this are cut: a 50 MB single-line paste must not feed the regexes.
 MAX_LINE_CHARS = 16384
 
+# Terminal colours and cursor codes (CSI, OSC, two-byte escapes): a log copied from a terminal
+# or written with colours on carries them around every level word.
+ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI.sub("", text) if "\x1b" in text else text
+
 # vLLM / Ray: "(VllmWorker rank=1 pid=456) ", "(EngineCore_DP0 pid=12)", "(RayWorkerWrapper pid=7, ip=..)"
 _PAREN_PREFIX = re.compile(r"^\((?P<head>[^()]{0,120}?\bpid=(?P<pid>\d+)[^()]{0,80})\)\s?")
 # SGLang: "[2025-01-01 10:00:00 TP1] ", "[2025-01-01 10:00:00 DP0 TP3] ", "[... TP0 EP0] "

@@ -1,0 +1,76 @@
+"""Take off the wrapping a paste arrived in, before anything recognises its lines.
+
+The same evidence reaches hangdoctor wrapped in many ways: copied from a terminal (colour codes),
+quoted in a GitHub comment (``> `` on every line), from ``docker compose logs``
+(``vllm-1  | ``), ``kubectl logs --timestamps`` (an RFC 3339 time first) or journald
+(``Nov 30 10:01:02 host python[46294]: ``). The recognisers anchor at the start of a line, so a
+wrapper on every line hid an nvidia-smi table or a log header that they know. A wrapper is taken
+off when it is on most lines (a stray ``| `` in prose is not a wrapper); what was taken off is
+said in the pasted entry's notes. Kernel lines keep their journald / syslog prefix: the kernel
+log parser reads it.
+
+Layer: parsers; may import: the standard library, hangdoctor.parsers, hangdoctor.snapshot and
+the foundation.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hangdoctor.snapshot.loglines import strip_ansi
+
+_QUOTE = re.compile(r"^ {0,3}>(?: |$)")
+_COMPOSE = re.compile(r"^[A-Za-z0-9][\w.-]{0,62}\s{1,40}\| ")
+_RFC3339 = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:?\d\d) ")
+# TGI's own lines (Rust tracing) start with such a time too, then the level padded to five and a
+# target: "2024-05-01T10:00:00.123Z  INFO text_generation_launcher: ...". Those are the log.
+_RFC3339_WRAPS = re.compile(_RFC3339.pattern + r"(?! ?(?:INFO|WARN|ERROR|DEBUG|TRACE) [\w:]+: )")
+_JOURNAL = re.compile(r"^[A-Z][a-z]{2} [ \d]\d \d\d:\d\d:\d\d [\w.-]{1,64} (?P<ident>[\w.@/-]{1,64})(?:\[\d+\])?: ")
+
+# (what it is, what most lines show when it is there, what comes off, how much of the non-blank
+# lines must show it)
+WRAPPERS = (
+    ("a Markdown quote ('> ')", _QUOTE, _QUOTE, 0.8),
+    ("docker compose logs prefixes", _COMPOSE, _COMPOSE, 0.6),
+    ("kubectl --timestamps times", _RFC3339_WRAPS, _RFC3339, 0.6),
+    ("journald / syslog prefixes", _JOURNAL, _JOURNAL, 0.6),
+)
+MIN_LINES = 1
+MAX_QUOTE_DEPTH = 4
+
+
+def _share(lines: list[str], rx: re.Pattern[str]) -> float:
+    filled = [ln for ln in lines if ln.strip()]
+    if len(filled) < MIN_LINES:
+        return 0.0
+    return sum(1 for ln in filled if rx.match(ln)) / len(filled)
+
+
+def _strip(lines: list[str], rx: re.Pattern[str]) -> list[str]:
+    out = []
+    for ln in lines:
+        m = rx.match(ln)
+        if m is None or (rx is _JOURNAL and m.group("ident") == "kernel"):
+            out.append(ln)
+        else:
+            out.append(ln[m.end():])
+    return out
+
+
+def unwrap(text: str) -> tuple[str, list[str]]:
+    """(the text without its wrapping, what was taken off)."""
+    said: list[str] = []
+    if "\x1b" in text:
+        text = strip_ansi(text)
+        said.append("terminal colour codes")
+    lines = text.split("\n")
+    for name, seen, rx, share in WRAPPERS:
+        depth = MAX_QUOTE_DEPTH if rx is _QUOTE else 1
+        taken = False
+        while depth and _share(lines, seen) >= share:
+            lines = _strip(lines, rx)
+            depth -= 1
+            taken = True
+        if taken:
+            said.append(name)
+    return "\n".join(lines), said

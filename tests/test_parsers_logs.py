@@ -262,3 +262,16 @@ def test_watchdog_followup_lines_inherit_optype() -> None:
         2: (4711, "BROADCAST"),
         3: (4710, "ALLREDUCE"),
     }
+
+
+def test_torchs_cuda_error_advice_is_not_a_compile_line() -> None:
+    """torch appends 'Compile with `TORCH_USE_CUDA_DSA`...' to every CUDA error: a log ending
+    in one had 'compile-in-progress' as its first cause; a real compile line still counts."""
+    advice = parse_log([
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n",
+        "For debugging consider passing CUDA_LAUNCH_BLOCKING=1\n",
+        "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.\n",
+    ])
+    assert not advice.of("compile"), advice.of("compile")
+    real = parse_log(["INFO 11-30 10:01:02 [backends.py:215] Compiling a graph for dynamic shape takes 41.2 s\n"])
+    assert real.of("compile")

@@ -143,7 +143,9 @@ _COMPILE = re.compile(
     r"torch\.compile|\b[Cc]ompil(?:e|es|ed|ing|ation took)\b|[Aa]utotun|AUTOTUNE|\bJIT\b|"
     r"Dynamo bytecode transform|inductor|[Tt]riton kernel"
 )
-_COMPILE_NOT = re.compile(r"compilation_config|CUDA used to build|[Cc]ompiled with")
+# not compiling: configuration echoes, build facts, and the advice torch appends to every CUDA
+# error ("Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+_COMPILE_NOT = re.compile(r"compilation_config|CUDA used to build|[Cc]ompiled with|Compile with `?TORCH_USE_CUDA_DSA")
 
 
 @_matcher("compile", "ompil", "utotun", "AUTOTUNE", "JIT", "Dynamo", "nductor", "riton")

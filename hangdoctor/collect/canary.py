@@ -14,8 +14,9 @@ hangdoctor.collect and hangdoctor.redact (it ships in the probe, Python 3.8+).
 from __future__ import annotations
 
 import json
-import re
 import time
+
+from hangdoctor.collect import http_exchange
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -31,39 +32,15 @@ def _http(
     api_key: Optional[str],
     timeout_s: float,
 ) -> Tuple[Optional[int], bytes, Optional[str]]:
-    import socket
-
-    try:
-        sock = socket.create_connection((host, port), timeout=timeout_s)
-    except OSError as exc:
-        return None, b"", "connect failed: %s" % exc
-    head = ["%s %s HTTP/1.0" % (method, path), "Host: %s" % host, "User-Agent: hangdoctor"]
-    if api_key:
-        head.append("Authorization: Bearer %s" % api_key)
-    if body is not None:
-        head += ["Content-Type: application/json", "Content-Length: %d" % len(body)]
-    data = b""
-    deadline = time.monotonic() + timeout_s
-    try:
-        sock.settimeout(timeout_s)
-        sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode() + (body or b""))
-        while len(data) < 1 << 20:
-            sock.settimeout(max(0.05, deadline - time.monotonic()))
-            chunk = sock.recv(1 << 16)
-            if not chunk:
-                break
-            data += chunk
-    except socket.timeout:
-        return None, data, "no answer within %.1f s" % timeout_s
-    except OSError as exc:
-        return None, data, "request failed: %s" % exc
-    finally:
-        sock.close()
-    hdr, _, payload = data.partition(b"\r\n\r\n")
-    m = re.match(rb"HTTP/\d(?:\.\d)?\s+(\d{3})", hdr)
-    if not m:
+    auth = ["Authorization: Bearer %s" % api_key] if api_key else []
+    data, err, _ = http_exchange.exchange(
+        host, port, http_exchange.request(method, path, host, auth, body), timeout_s, 1 << 20)
+    if err:
+        return None, data, err
+    code, _head, payload = http_exchange.status(data)
+    if code is None:
         return None, payload, "not an HTTP answer"
-    return int(m.group(1)), payload, None
+    return code, payload, None
 
 
 def generate(port: int, ip: str, api_key: Optional[str], timeout_s: float) -> Dict[str, Any]:

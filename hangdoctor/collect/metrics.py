@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 import time
 
+from hangdoctor.collect import http_exchange
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, Optional
@@ -54,47 +56,23 @@ def parse(text: str) -> Dict[str, float]:
 
 def fetch(port: int, ip: str, timeout_s: float) -> Dict[str, Any]:
     """``GET /metrics`` -> {"ok", "code", "latency_s", "values", "error"}."""
-    import socket
-
     host = "127.0.0.1" if ip in ("0.0.0.0", "::", "127.0.0.1", "") else ip
     res = {"port": port, "ok": False, "code": None, "values": {}, "error": None, "at": time.time()}  # type: Dict[str, Any]
     t0 = time.monotonic()
-    try:
-        sock = socket.create_connection((host, port), timeout=timeout_s)
-    except OSError as exc:
-        res["error"] = "connect failed: %s" % exc
-        return res
-    data = b""
-    try:
-        sock.settimeout(timeout_s)
-        sock.sendall(
-            ("GET /metrics HTTP/1.0\r\nHost: %s\r\nUser-Agent: hangdoctor\r\n\r\n" % host).encode()
-        )
-        deadline = t0 + timeout_s
-        while len(data) < MAX_BYTES and time.monotonic() < deadline:
-            chunk = sock.recv(1 << 16)
-            if not chunk:
-                break
-            data += chunk
-    except OSError as exc:
-        res["error"] = (
-            "no answer within %.1f s" % timeout_s
-            if isinstance(exc, socket.timeout)
-            else "request failed: %s" % exc
-        )
+    data, err, connected = http_exchange.exchange(
+        host, port, http_exchange.request("GET", "/metrics", host), timeout_s, MAX_BYTES)
+    if connected:
         res["latency_s"] = round(time.monotonic() - t0, 4)
+    if err:
+        res["error"] = err
         return res
-    finally:
-        sock.close()
-    res["latency_s"] = round(time.monotonic() - t0, 4)
-    head, _, body = data.partition(b"\r\n\r\n")
-    m = re.match(rb"HTTP/\d(?:\.\d)?\s+(\d{3})", head)
-    if not m:
+    code, _head, body = http_exchange.status(data)
+    if code is None:
         res["error"] = "not an HTTP answer"
         return res
-    res["code"] = int(m.group(1))
-    if res["code"] != 200:
-        res["error"] = "HTTP %d" % res["code"]
+    res["code"] = code
+    if code != 200:
+        res["error"] = "HTTP %d" % code
         return res
     res["values"] = parse(body.decode("utf-8", "replace"))
     res["ok"] = True

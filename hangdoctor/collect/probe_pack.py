@@ -40,6 +40,7 @@ PROBE_MODULES = [
     "hangdoctor.collect.container_runtime",
     "hangdoctor.collect.ptrace_denial",
     "hangdoctor.collect.container",
+    "hangdoctor.collect.http_exchange",
     "hangdoctor.collect.sources",
     "hangdoctor.collect.nccl_sources",
     "hangdoctor.collect.locks",

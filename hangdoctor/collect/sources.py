@@ -14,6 +14,8 @@ import re
 import subprocess
 import time
 
+from hangdoctor.collect import http_exchange
+
 # Annotations only (PEP 563): typing is not imported at run time, which saves the probe
 # ~5 ms on a remote host's bare interpreter (python3 -S).
 TYPE_CHECKING = False
@@ -99,60 +101,26 @@ def _maps_nccl(pid: int, proc: str, cache: Dict[int, bool]) -> bool:
 
 
 def http_probe(port: int, ip: str, timeout_s: float) -> Dict[str, Any]:
-    import socket  # here: most hung servers never opened their port, and the probe starts sooner
-
     host = "127.0.0.1" if ip in ("0.0.0.0", "::", "127.0.0.1") else ip
-    if ip == "::":
-        host = "127.0.0.1"
     result = {"port": port, "url": None, "ok": False, "code": None, "latency_s": None,
               "error": None, "body": None}  # type: Dict[str, Any]
     for path in ("/health", "/v1/models", "/"):
         url = "http://%s:%d%s" % (host if ":" not in host else "[%s]" % host, port, path)
         result["url"] = url
         t0 = time.monotonic()
-        try:
-            sock = socket.create_connection((host, port), timeout=timeout_s)
-        except OSError as exc:
-            result["error"] = "connect failed: %s" % exc
-            result["latency_s"] = round(time.monotonic() - t0, 4)
-            return result
-        # One time budget for the whole exchange, not per recv: a server that trickles a byte
-        # every 0.5 s kept a per-recv timeout waiting for minutes.
-        exchange_end = t0 + timeout_s
-        try:
-            sock.settimeout(max(0.05, exchange_end - time.monotonic()))
-            req = "GET %s HTTP/1.0\r\nHost: %s\r\nUser-Agent: hangdoctor\r\n\r\n" % (path, host)
-            sock.sendall(req.encode())
-            data = b""
-            while len(data) < 4096:
-                left = exchange_end - time.monotonic()
-                if left <= 0:
-                    raise socket.timeout()
-                sock.settimeout(left)
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                data += chunk
-                if b"\r\n\r\n" in data and len(data) > 512:
-                    break
-        except socket.timeout:
-            result["error"] = "no answer within %.1f s" % timeout_s
-            result["latency_s"] = round(time.monotonic() - t0, 4)
-            return result
-        except OSError as exc:
-            result["error"] = "request failed: %s" % exc
-            result["latency_s"] = round(time.monotonic() - t0, 4)
-            return result
-        finally:
-            sock.close()
+        data, err, _ = http_exchange.exchange(
+            host, port, http_exchange.request("GET", path, host), timeout_s, 4096,
+            enough=lambda d: b"\r\n\r\n" in d and len(d) > 512)
         result["latency_s"] = round(time.monotonic() - t0, 4)
-        head, _, body = data.partition(b"\r\n\r\n")
-        first = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")
-        m = re.match(r"HTTP/\d(?:\.\d)?\s+(\d{3})", first)
-        if not m:
+        if err:
+            result["error"] = err
+            return result
+        code, head, body = http_exchange.status(data)
+        if code is None:
+            first = head.split(b"\r\n", 1)[0].decode("latin-1", "replace")
             result["error"] = "not an HTTP answer: %r" % first[:60]
             return result
-        result["code"] = int(m.group(1))
+        result["code"] = code
         text = body[:400].decode("utf-8", "replace")
         if len(text) > 200:
             # cut at a word's end: half a token would escape redaction

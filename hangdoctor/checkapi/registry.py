@@ -88,14 +88,9 @@ def _checked_pack(pack: packs.Pack) -> list[str]:
         return [f"knowledge pack {pack.name}: {exc}"]
 
 
-def entry_point_checks(include_builtin: bool = True) -> tuple[list[Check], list[str]]:
-    """Checks from every installed distribution's ``hangdoctor.checks`` entry points (and the
-    knowledge packs beside them: :func:`entry_point_packs`)."""
-    checks, _packs, problems = _entry_points(include_builtin)
-    return checks, problems
-
-
 def _entry_points(include_builtin: bool) -> tuple[list[Check], list[packs.Pack], list[str]]:
+    """Checks from every installed distribution's ``hangdoctor.checks`` entry points, the
+    knowledge packs beside those modules, and the problems loading them."""
     # Imported here (~25 ms with email and csv): a diagnosis loads the checks while its probe
     # samples, and nothing before the connection should wait for it.
     from importlib.metadata import entry_points

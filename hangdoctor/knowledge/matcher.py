@@ -26,7 +26,6 @@ from hangdoctor.knowledge import packs
 from hangdoctor.knowledge.audit import derive
 from hangdoctor.knowledge.facts import extract, version_tuple
 
-HERE = packs.HERE
 KINDS = ("text", "tail", "last", "log", "kernel", "frame", "top", "env", "cmd")
 TAIL_LINES = 5  # "the last thing it printed": the last lines of each input / log
 _NOT_CONTENT = re.compile(r"^\s*(?:```\w*|\.\.\.|…|\[\.\.\..*\.\.\.\]|<details>.*|</details>)?\s*$")

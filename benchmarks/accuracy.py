@@ -95,9 +95,12 @@ def _matches(cause_id: str, want: str | None) -> bool:
     return cause_id == want
 
 
-def score_case(case_dir: str, subprocess_mode: bool = False) -> dict[str, Any]:
+def score_case(case_dir: str, subprocess_mode: bool = False,
+               paths: list[str] | None = None) -> dict[str, Any]:
+    """One case scored; ``paths`` replaces its evidence files (benchmarks/perturb.py passes
+    rewritten copies)."""
     truth, alt = read_truth(case_dir)
-    paths = evidence_files(case_dir)
+    paths = evidence_files(case_dir) if paths is None else paths
     t0 = time.perf_counter()
     error = None
     analysis: dict[str, Any] = {}

@@ -60,7 +60,6 @@ def score(corpus: str, transform: Callable[[str], str] | None, merged: bool = Fa
     top1 = top3 = 0
     lost: list[str] = []
     for case in accuracy.cases_of(corpus):
-        truth, alt = accuracy.read_truth(case)
         with tempfile.TemporaryDirectory() as tmp:
             paths = []
             if merged:
@@ -75,15 +74,12 @@ def score(corpus: str, transform: Callable[[str], str] | None, merged: bool = Fa
                     with open(dst, "w", encoding="utf-8", newline="") as f:
                         f.write(transform(text) if transform else text)
                     paths.append(dst)
-            a = accuracy.analyse_in_process(paths)
-        ids = [c["id"] for c in a.get("causes") or []]
-        want = truth[len("other: "):] if truth.startswith("other: ") else truth
-        hit1 = bool(ids) and ids[0] == want
-        hit3 = any(i in (want, alt) for i in ids[:3])
-        top1 += hit1
-        top3 += hit3
-        if not hit1 and truth == want:  # "other:" cases are misses everywhere
-            lost.append(os.path.basename(case)[:3] + ":" + (ids[0] if ids else "none"))
+            r = accuracy.score_case(case, paths=paths)
+        top1 += r["top1"]
+        top3 += r["top3"]
+        if not r["top1"] and not r["truth"].startswith("other:"):  # "other:" cases miss everywhere
+            first = r["ranked"][0][0] if r["ranked"] else "none"
+            lost.append(os.path.basename(case)[:3] + ":" + first)
     return top1, top3, lost
 
 

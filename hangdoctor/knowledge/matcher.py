@@ -18,15 +18,16 @@ Layer: knowledge; may import: the standard library, hangdoctor.knowledge and the
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from hangdoctor.knowledge import packs
 from hangdoctor.knowledge.audit import derive
 from hangdoctor.knowledge.facts import extract, version_tuple
 
-KINDS = ("text", "tail", "last", "log", "kernel", "frame", "top", "env", "cmd")
+KINDS = ("text", "tail", "last", "log", "kernel", "frame", "top", "env", "cmd", "prose")
 TAIL_LINES = 5  # "the last thing it printed": the last lines of each input / log
 _NOT_CONTENT = re.compile(r"^\s*(?:```\w*|\.\.\.|…|\[\.\.\..*\.\.\.\]|<details>.*|</details>)?\s*$")
 MAX_LINES = 30000  # per kind: bounds the time on a huge paste
@@ -81,6 +82,14 @@ def view_of_evidence(ev: Any) -> View:
                 v.add("text", line)
             v.lines["tail"].extend(_tail(lines))
             v.lines["last"].extend(_tail(lines)[-1:])
+        for item in s.get("pasted_prose") or []:
+            if isinstance(item, dict) and isinstance(item.get("lines"), list):
+                # in a written document a sentence is a sentence; in a paste a bare program
+                # message reads like one and goes back to the evidence
+                bare_ok = not item.get("document")
+                for line in item["lines"]:
+                    if isinstance(line, str):
+                        v.add("text" if bare_ok and _message_at_start(line) else "prose", line)
         log_tail = [x for x in (s.get("log") or {}).get("tail") or [] if isinstance(x, str)]
         if not s.get("pasted_text"):
             v.lines["tail"].extend(_tail(log_tail))
@@ -119,13 +128,45 @@ def view_of_evidence(ev: Any) -> View:
     # the live path has no raw text: its log and kernel lines are its text
     if not v.lines["text"]:
         v.lines["text"] = v.lines["log"] + v.lines["kernel"]
+    # a poster's sentences are context: no fact a rule keys on is read from them
     v.facts = derive(extract(v.lines["text"] + v.lines["env"] + v.lines["cmd"]))
+    v.facts["prose_only"] = not (v.lines["text"] or v.lines["frame"] or v.lines["env"] or v.lines["cmd"]
+                                 or v.lines["kernel"]) and bool(v.lines["prose"])
     # what only a live collection knows: a health endpoint that answered, a log still growing
     if any(isinstance(h, dict) and h.get("ok") for h in ev.http):
         v.facts["health_ok"] = True
     if ev.has_timing and (ev.log_meta.get("grew_bytes") or 0) > 0:
         v.facts["log_growing"] = True
     return v
+
+
+_LEAD = re.compile(r"^\s*(?:>\s*)*(?:[-*+]\s+|\d+[.)]\s+)?")
+
+
+def _message_at_start(line: str) -> bool:
+    """A line read as prose that a rule's pattern matches from its first characters is a program
+    message pasted without its prefix ("No available shared memory broadcast block found in 60
+    seconds."), not a sentence about one: it goes back to the evidence."""
+    body = _LEAD.sub("", line, count=1)
+    if body.startswith("`"):
+        return False  # a message in backticks is a mention of it
+    for e in rules():
+        for rx in _line_patterns(e.get("when") or {}):
+            m = rx.search(body)
+            if m and m.start() <= 2:
+                return True
+    return False
+
+
+def _line_patterns(cond: dict[str, Any]) -> list[re.Pattern[str]]:
+    out = []
+    if "line" in cond and set(cond.get("in") or ["text"]) & {"text", "log", "tail", "last"}:
+        out.append(_rx(cond["line"]))
+    for key in ("all", "any"):
+        for c in cond.get(key) or []:
+            if isinstance(c, dict):
+                out.extend(_line_patterns(c))
+    return out
 
 
 @lru_cache(maxsize=4096)
@@ -221,13 +262,37 @@ def evaluate(entries: list[dict[str, Any]], view: View) -> list[Match]:
     return out
 
 
+# Corpus cases whose own rules are switched off: leave-one-source-out scoring
+# (benchmarks/accuracy.py --loso) scores each case without the entries written from it.
+_HELD_OUT: frozenset[str] = frozenset()
+
+
+@contextmanager
+def holding_out(cases: Iterable[str]) -> Iterator[None]:
+    """Within the block, rules and known issues whose ``written_from`` names one of ``cases``
+    are not used: the knowledge is scored on cases it was not written from."""
+    global _HELD_OUT
+    before = _HELD_OUT
+    _HELD_OUT = frozenset(cases)
+    try:
+        yield
+    finally:
+        _HELD_OUT = before
+
+
+def _not_held_out(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not _HELD_OUT:
+        return entries
+    return [e for e in entries if not _HELD_OUT.intersection(e.get("written_from") or ())]
+
+
 def rules() -> list[dict[str, Any]]:
     """The mechanism rules of every active knowledge pack (:mod:`hangdoctor.knowledge.packs`)."""
-    return packs.merged("rules")
+    return _not_held_out(packs.merged("rules"))
 
 
 def known_issues() -> list[dict[str, Any]]:
-    return packs.merged("known_issues")
+    return _not_held_out(packs.merged("known_issues"))
 
 
 def experiments() -> list[dict[str, Any]]:

@@ -575,7 +575,7 @@ def analyze_inputs(inputs: list[tuple[str, str]]) -> dict:
         if prose:
             b.pasted_prose.append({"source": source, "lines": prose, "document": document})
         # a poster who says nvidia-smi blocked reports what a command did: read in prose too
-        b.scan_nvidia_smi(kept + prose, source)
+        b.scan_nvidia_smi(kept + ([] if document else prose), source)
         plain = _unrecognised(segs)
         if plain:
             b.notes.append(

@@ -23,6 +23,7 @@ from hangdoctor.checkapi.registry import all_checks
 from hangdoctor.checkapi.runner import Outcome, run_checks
 from hangdoctor.evidence.model import MIB, Evidence
 from hangdoctor.knowledge.causes import CAUSES, title
+from hangdoctor.triage import differential
 
 MIN_SCORE = 0.05
 SYMPTOM_CAP = 0.2  # the most that downstream symptoms alone can score for a cause
@@ -446,9 +447,31 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
             "next_steps": [_fill(s, ev, odd) for s in _backend_steps(ev, c.next_steps if c else ())],
             "odd_ones_out": odd,
         })
+    # where the evidence stands (phase, waits, errors): the differential's priors
+    obs = differential.observe(ev)
+    prior = differential.prior_signals(obs)
+    if not causes:
+        for cid, items in prior.items():
+            score = 1.0
+            for it in items:
+                score *= 1.0 - it["weight"]
+            score = round(min(differential.PRIOR_CAP, 1.0 - score), 3)
+            c = CAUSES.get(cid)
+            causes.append({
+                "id": cid, "title": title(cid), "score": score, "confidence": "low",
+                "symptom_only": False, "prior": True,
+                "summary": "where the evidence stands, not a mechanism: " + items[0]["text"],
+                "evidence": sorted(items, key=lambda i: -i["weight"]), "against": [],
+                "next_steps": [_fill(s, ev, []) for s in _backend_steps(ev, c.next_steps if c else ())],
+                "odd_ones_out": [],
+            })
     # a cause that only downstream symptoms speak for ranks below every mechanism
     causes.sort(key=lambda c: (c["symptom_only"], -c["score"], c["id"]))
+    differential.order_by_explanation(causes, MIN_SCORE)
     rank_confidence(causes, ev)
+    for c in causes:
+        if c.get("prior"):
+            c["confidence"] = "low"
 
     ruled_out = []
     for cid, a in scored.items():
@@ -565,6 +588,12 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         "verdict_reason": reason,
         "headline": headline,
         "causes": causes,
+        "split": ({"between": [causes[0]["id"], causes[1]["id"]],
+                   "observe": differential.split_between(causes[0]["id"], causes[1]["id"])}
+                  if len(causes) >= 2 and verdict != "healthy" else None),
+        "position": {"phase": obs.phase, "phase_line": obs.phase_line,
+                     "waits": {w: {"frame": p.frame, "pids": p.pids} for w, p in obs.positions.items()},
+                     "errors": obs.errors},
         "ruled_out": ruled_out,
         "not_checked": not_checked,
         "checks": checks_out,

@@ -493,6 +493,12 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
     ruled_out.sort(key=lambda r: r["id"])
 
     verdict, reason = decide_verdict(ev, facts, causes)
+    prose_n = sum(len(i.get("lines") or []) for s in ev.snapshots for i in s.get("pasted_prose") or []
+                  if isinstance(i, dict))
+    if not causes and obs.empty and ev.origin != "live" and prose_n:
+        verdict, reason = "inconclusive", (
+            f"found no evidence: {prose_n} line(s) read as a person's writing (context, never matched as a "
+            "log), and no stack, error, log phase or program output to read")
     stopped = facts.get("stopped") or []
     if stopped and verdict in ("hung", "inconclusive"):
         reason += (f"; {len(stopped)} process(es) are stopped (state T: SIGSTOP, Ctrl-Z or a debugger): "

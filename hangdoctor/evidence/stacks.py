@@ -229,7 +229,40 @@ def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
     inner = next((f for f in frames if not f.native), frames[0])
     if _SYNC_PY.match(inner.bare) and "torch" in inner.file:
         return "cuda-sync", inner.short
+    # the libraries' own wait points (knowledge/generated/wait_points.json, read out of their
+    # source): the innermost frame that is one names the wait
+    found = _generated_wait(frames)
+    if found:
+        return found
     return ("running" if active else "unknown"), inner.short
+
+
+# the generated wait classes in this module's words
+_GENERATED_KIND = {
+    "collective": "collective:wait", "comm-init": "nccl-init", "store": "rendezvous",
+    "gpu-sync": "cuda-sync", "kernel": "kernel", "cuda-ipc": "cuda-ipc", "ipc-queue": "ipc-wait",
+    "lock": "lock", "file-read": "io", "network": "network", "compile": "compile",
+    "graph-capture": "graph-capture", "event-loop": "serving-idle", "idle-wait": "serving-idle",
+    "sleep-poll": "ipc-wait", "import": "import",
+}
+
+
+def _generated_wait(frames: list[Frame]) -> tuple[str, str] | None:
+    try:
+        from hangdoctor.knowledge.generated import classify_frame
+    except ImportError:  # an install without the generated tables
+        return None
+    for f in frames[:40]:
+        try:
+            hit = classify_frame(f.name if f.native else f.bare, None if f.native else f.file)
+        except Exception:  # noqa: BLE001 - a table that cannot answer leaves the frame unknown
+            return None
+        if hit and hit.get("wait_class") in _GENERATED_KIND:
+            kind = _GENERATED_KIND[hit["wait_class"]]
+            if kind == "collective:wait" and not f.native:
+                kind = "collective:" + f.bare
+            return kind, f.short
+    return None
 
 
 def _runs_compiled(frames: list[Frame]) -> bool:

@@ -153,7 +153,9 @@ def _message_at_start(line: str) -> bool:
     for e in rules():
         for rx in _line_patterns(e.get("when") or {}):
             m = rx.search(body)
-            if m and m.start() <= 2:
+            # at the start, or after a short lead-in of the same message ("Failed to initialize
+            # NVML: Driver/library version mismatch"), never after a sentence of the poster's
+            if m and (m.start() <= 2 or (m.start() <= 40 and not re.search(r"[.!?;]\s", body[: m.start()]))):
                 return True
     return False
 

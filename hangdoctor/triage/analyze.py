@@ -455,13 +455,19 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
             score = 1.0
             for it in items:
                 score *= 1.0 - it["weight"]
-            score = round(min(differential.PRIOR_CAP, 1.0 - score), 3)
+            score = min(differential.PRIOR_CAP, 1.0 - score)
+            against = (scored.get(cid) or {}).get("against") or []
+            for it in against:  # what rules a cause out still does, a prior or not
+                score *= 1.0 - min(0.99, it["weight"])
+            score = round(score, 3)
+            if score < MIN_SCORE / 2:
+                continue
             c = CAUSES.get(cid)
             causes.append({
                 "id": cid, "title": title(cid), "score": score, "confidence": "low",
                 "symptom_only": False, "prior": True,
                 "summary": "where the evidence stands, not a mechanism: " + items[0]["text"],
-                "evidence": sorted(items, key=lambda i: -i["weight"]), "against": [],
+                "evidence": sorted(items, key=lambda i: -i["weight"]), "against": against,
                 "next_steps": [_fill(s, ev, []) for s in _backend_steps(ev, c.next_steps if c else ())],
                 "odd_ones_out": [],
             })

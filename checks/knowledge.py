@@ -28,7 +28,8 @@ def _signals(m: matcher.Match, kind: str) -> list[Signal]:
     e = m.entry
     symptom = bool(e.get("symptom"))
     cap = matcher.SYMPTOM_CAP if symptom else 0.95
-    ref = [f"{kind}:{e['id']}"] + (["symptom"] if symptom else [])
+    ref = [f"{kind}:{e['id']}"] + (["symptom"] if symptom else []) + (
+        ["risk"] if matcher.is_risk_factor(e) else [])
     out = []
     if float(e["weight"]) > 0:  # a rule may only speak against (weight 0)
         out.append(support(e["cause"], min(cap, float(e["weight"])), _summary(m), refs=list(ref)))

@@ -139,3 +139,14 @@ def test_leave_one_source_out_switches_off_the_knowledge_written_from_a_case() -
         held = {r["id"] for r in matcher.rules()}
     assert sourced[0]["id"] not in held
     assert sourced[0]["id"] in {r["id"] for r in matcher.rules()}
+
+
+def test_a_risk_factor_alone_never_leads_and_raises_what_the_position_points_to() -> None:
+    alone = _analyse("docker run --gpus all --shm-size 64m vllm/vllm-openai --tensor-parallel-size 2\n", "cmd.txt")
+    assert "shm-exhausted" not in [c["id"] for c in alone["causes"]]
+    assert "shm-exhausted" in [r["id"] for r in alone["risks"]]
+    # the same setting beside a symptom of it: the cause leads, the setting speaks for it
+    with_symptom = _analyse("docker run --gpus all --shm-size 64m vllm/vllm-openai --tensor-parallel-size 2\n"
+                            "node:812:812 [1] NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888)\n",
+                            "cmd.txt")
+    assert with_symptom["causes"][0]["id"] == "shm-exhausted", [c["id"] for c in with_symptom["causes"]]

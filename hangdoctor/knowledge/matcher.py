@@ -288,6 +288,27 @@ def _not_held_out(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [e for e in entries if not _HELD_OUT.intersection(e.get("written_from") or ())]
 
 
+_EVENT_KINDS = {"text", "tail", "last", "log", "kernel", "frame", "top", "prose"}
+
+
+def _has_event(cond: Any) -> bool:
+    """Whether a condition reads something that happened (a line, a frame), not only a setting."""
+    if not isinstance(cond, dict):
+        return False
+    if "line" in cond:
+        return bool(set(cond.get("in") or ["text", "frame", "env", "cmd"]) & _EVENT_KINDS)
+    return any(_has_event(c) for key in ("all", "any") for c in cond.get(key) or [])
+
+
+def is_risk_factor(entry: dict[str, Any]) -> bool:
+    """A rule or known issue that keys only on settings (versions, a /dev/shm size, an env
+    variable, a flag on the command line) is a risk factor: it supports a cause that a symptom
+    points to and never leads alone. ``"risk": true/false`` in the entry overrides the reading."""
+    if "risk" in entry:
+        return bool(entry["risk"])
+    return not _has_event(entry.get("when") or {})
+
+
 def rules() -> list[dict[str, Any]]:
     """The mechanism rules of every active knowledge pack (:mod:`hangdoctor.knowledge.packs`)."""
     return _not_held_out(packs.merged("rules"))

@@ -422,6 +422,11 @@ def build_view(analysis: dict[str, Any]) -> dict[str, Any]:
         "known_issues": [{"text": text(k.get("text")), "url": text(k.get("url"), 500)}
                          for k in _list(a.get("known_issues")) if isinstance(k, dict)],
         "next_experiment": _experiment(a.get("next_experiment")),
+        "risks": [{"id": text(r.get("id"), 60), "text": text(r.get("text"), 500)}
+                  for r in _list(a.get("risks")) if isinstance(r, dict)],
+        "split": ({"between": [text(x, 60) for x in _list((a.get("split") or {}).get("between"))],
+                   "observe": text((a.get("split") or {}).get("observe"), 500)}
+                  if isinstance(a.get("split"), dict) else None),
         "intrusion": text(a.get("intrusion")),
         "hosts": hosts,
     }

@@ -447,9 +447,28 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
             "next_steps": [_fill(s, ev, odd) for s in _backend_steps(ev, c.next_steps if c else ())],
             "odd_ones_out": odd,
         })
+    # a cause that only risk factors speak for (a version, a /dev/shm size, a setting) is a risk,
+    # not a cause: it supports what a symptom points to and never leads alone
     # where the evidence stands (phase, waits, errors): the differential's priors
     obs = differential.observe(ev)
     prior = differential.prior_signals(obs)
+    # a cause that only risk factors speak for (a version, a /dev/shm size, a setting) is a risk,
+    # not a cause: it supports what a symptom or the position points to and never leads alone
+    risks = []
+    for c in list(causes):
+        if not (c["evidence"] and all("risk" in (i.get("refs") or []) for i in c["evidence"])):
+            continue
+        if c["id"] in prior:
+            # the position points here too: the risk raises it, at the score of both together
+            keep = 1.0 - c["score"]
+            for it in prior[c["id"]]:
+                keep *= 1.0 - it["weight"]
+            c["score"] = round(min(c["score"], 1.0 - keep), 3)
+            c["evidence"] = c["evidence"] + prior[c["id"]]
+            c["summary"] += " (a risk factor, where the evidence stands: " + prior[c["id"]][0]["text"] + ")"
+            continue
+        causes.remove(c)
+        risks.append({"id": c["id"], "title": c["title"], "score": c["score"], "text": c["summary"]})
     if not causes:
         for cid, items in prior.items():
             score = 1.0
@@ -600,6 +619,7 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         "verdict_reason": reason,
         "headline": headline,
         "causes": causes,
+        "risks": risks,
         "split": ({"between": [causes[0]["id"], causes[1]["id"]],
                    "observe": differential.split_between(causes[0]["id"], causes[1]["id"])}
                   if len(causes) >= 2 and verdict != "healthy" else None),

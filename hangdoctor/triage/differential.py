@@ -66,7 +66,8 @@ _ERRORS: list[tuple[str, re.Pattern[str]]] = [
     ("killed", re.compile(r"\bKilled\b|SIGKILL|SIGSEGV|SIGBUS|SIGABRT|[Ss]egmentation fault|core dumped|"
                           r"signal \d+|exit(?:ed)? (?:with )?code -?\d+|exitcode\s*:\s*-?\d+|"
                           r"died|exited unexpectedly|is dead|terminated")),
-    ("timeout", re.compile(r"[Tt]imed? ?out|TimeoutError|[Dd]eadline exceeded|Watchdog caught")),
+    ("timeout", re.compile(r"\btimed out\b|\b[Tt]imeout(?:Error|Exception)?\b(?![=<>~-])|[Dd]eadline exceeded|"
+                           r"Watchdog caught")),
     ("connection", re.compile(r"Connection (?:refused|reset|closed)|ConnectionResetError|Broken pipe|"
                               r"ECONNREFUSED|No route to host|Name or service not known|ConnectionError")),
     ("exception", re.compile(r"^\s*Traceback \(most recent call last\)|(?:^|\s)\w+(?:Error|Exception)\b:")),

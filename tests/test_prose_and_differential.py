@@ -150,3 +150,23 @@ def test_a_risk_factor_alone_never_leads_and_raises_what_the_position_points_to(
                             "node:812:812 [1] NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x (size 9637888)\n",
                             "cmd.txt")
     assert with_symptom["causes"][0]["id"] == "shm-exhausted", [c["id"] for c in with_symptom["causes"]]
+
+
+def test_output_pasted_as_a_markdown_table_is_read_as_the_output() -> None:
+    from hangdoctor.parsers.unwrap import unwrap
+
+    rows = ["| # | output |", "|---|---|",
+            "| 1 | [rank1]:[E ProcessGroupNCCL.cpp:632] Watchdog caught collective operation timeout: "
+            "WorkNCCL(SeqNum=1, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=600000) |",
+            "| 2 | node:812:812 [1] NCCL INFO comm 0x1 rank 1 nranks 2 - Init COMPLETE |",
+            "| 3 | a \\| b |"]
+    text, said = unwrap("\n".join(rows))
+    assert said == ["a Markdown table of output lines"]
+    assert text.splitlines()[0].startswith("[rank1]:[E ProcessGroupNCCL.cpp:632]")
+    assert text.splitlines()[-1] == "a | b"
+    # nvidia-smi's own table is not a Markdown table
+    smi = ("+-----------------------------------------------------------------------------+\n"
+           "| NVIDIA-SMI 535.104.05   Driver Version: 535.104.05   CUDA Version: 12.2     |\n"
+           "|-------------------------------+----------------------+----------------------+\n"
+           "|   0  NVIDIA H100 80GB    On   | 00000000:18:00.0 Off |                    0 |\n")
+    assert unwrap(smi) == (smi, [])

@@ -57,6 +57,42 @@ def _strip(lines: list[str], rx: re.Pattern[str]) -> list[str]:
     return out
 
 
+_MD_SEP = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)+\|?\s*$")
+_MD_ROW = re.compile(r"^\s*\|.*\|\s*$")
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip().replace("\\|", "|") for c in _CELL_SPLIT.split(row.strip().strip("|"))]
+
+
+def _untabulate(lines: list[str]) -> list[str] | None:
+    """Output pasted into a Markdown table, one line a row (``| 12 | INFO ... |``): the rows'
+    cells joined again, the header, the separator and a row-number column dropped. A table of a
+    person's (a few rows among prose) or a tool's own (nvidia-smi draws ``+---+`` borders) is left."""
+    filled = [ln for ln in lines if ln.strip()]
+    seps = [i for i, ln in enumerate(lines) if _MD_SEP.match(ln)]
+    if len(seps) != 1 or len(filled) < 4:
+        return None
+    rows = [ln for ln in filled if _MD_ROW.match(ln)]
+    if len(rows) < 0.8 * len(filled):
+        return None
+    sep = seps[0]
+    width = len(_cells(lines[sep]))
+    out: list[str] = []
+    for i, ln in enumerate(lines):
+        if i <= sep and _MD_ROW.match(ln) or i == sep:
+            continue  # the header and its separator
+        if not _MD_ROW.match(ln):
+            out.append(ln)
+            continue
+        cells = _cells(ln)
+        if len(cells) == width and width > 1 and re.fullmatch(r"\d{1,7}", cells[0] or ""):
+            cells = cells[1:]  # a row number
+        out.append(" ".join(c for c in cells if c))
+    return out
+
+
 def unwrap(text: str) -> tuple[str, list[str]]:
     """(the text without its wrapping, what was taken off)."""
     said: list[str] = []
@@ -64,6 +100,10 @@ def unwrap(text: str) -> tuple[str, list[str]]:
         text = strip_ansi(text)
         said.append("terminal colour codes")
     lines = text.split("\n")
+    untab = _untabulate(lines)
+    if untab is not None:
+        lines = untab
+        said.append("a Markdown table of output lines")
     for name, seen, rx, share in WRAPPERS:
         depth = MAX_QUOTE_DEPTH if rx is _QUOTE else 1
         taken = False

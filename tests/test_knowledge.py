@@ -112,7 +112,9 @@ def test_live_evidence_reaches_the_rules() -> None:
                            "env": {"LD_PRELOAD": "/opt/hami/libvgpu.so"}}],
             "log": {"tail": ["INFO pynccl.py:113] vLLM is using nccl==2.27.3"], "grew_bytes": 0}}
     a = analyze([snap])
-    assert a["causes"][0]["id"] == "cuda-interposer-deadlock"
+    # an interposer in the environment is a setting: a risk factor, never a cause alone
+    assert "cuda-interposer-deadlock" in [r["id"] for r in a["risks"]]
+    assert "cuda-interposer-deadlock" not in [c["id"] for c in a["causes"]]
 
 
 def _live(stack_frames=None, log=None, http_ok=None, grew=0):

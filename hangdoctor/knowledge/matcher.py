@@ -73,6 +73,7 @@ def view_of_evidence(ev: Any) -> View:
     """Every line the evidence carries, live or pasted: log tail, kernel log, stacks, process
     command lines and environments, versions, and (pasted) the raw text of each input."""
     v = View()
+    context: list[str] = []
     for s in ev.snapshots:
         for item in s.get("pasted_text") or []:
             if not isinstance(item, dict) or not isinstance(item.get("lines"), list):
@@ -90,6 +91,8 @@ def view_of_evidence(ev: Any) -> View:
                 for line in item["lines"]:
                     if isinstance(line, str):
                         v.add("text" if bare_ok and _message_at_start(line) else "prose", line)
+                        if bare_ok:
+                            context.append(line)
         log_tail = [x for x in (s.get("log") or {}).get("tail") or [] if isinstance(x, str)]
         if not s.get("pasted_text"):
             v.lines["tail"].extend(_tail(log_tail))
@@ -128,8 +131,9 @@ def view_of_evidence(ev: Any) -> View:
     # the live path has no raw text: its log and kernel lines are its text
     if not v.lines["text"]:
         v.lines["text"] = v.lines["log"] + v.lines["kernel"]
-    # a poster's sentences are context: no fact a rule keys on is read from them
-    v.facts = derive(extract(v.lines["text"] + v.lines["env"] + v.lines["cmd"]))
+    # a poster's sentences are context: the settings and versions they name are read (rules that
+    # key only on those are risk factors and never lead alone); a written document's are not
+    v.facts = derive(extract(v.lines["text"] + v.lines["env"] + v.lines["cmd"] + context))
     v.facts["prose_only"] = not (v.lines["text"] or v.lines["frame"] or v.lines["env"] or v.lines["cmd"]
                                  or v.lines["kernel"]) and bool(v.lines["prose"])
     # what only a live collection knows: a health endpoint that answered, a log still growing

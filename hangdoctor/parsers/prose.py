@@ -37,7 +37,7 @@ _INLINE_CODE = re.compile(r"`[^`]*`")
 # a command line: options outside backticks, or a continuation backslash
 _COMMAND = re.compile(r"(?:^|\s)--?[A-Za-z][\w-]*(?:[= ]|$)|\\\s*$|^\s*(?:sudo|docker|python3?|torchrun|vllm|"
                       r"pip|export|CUDA_\w+=|NCCL_\w+=)\b")
-_WORD = re.compile(r"[A-Za-z][A-Za-z'’-]*")
+_WORD = re.compile(r"(?<!\w)[A-Za-z][A-Za-z'’-]*(?!\w)")  # "L40S", "4x", "sm_90" are no words
 _CODE_CHARS = re.compile(r"[_(){}\[\]=<>/\\;:|$@#%*^~]")
 # markup a person adds around prose: bullets, quotes, headings, numbered items, emphasis
 _MARKUP_LEAD = re.compile(r"^\s*(?:>\s*)*(?:#{1,6}\s+|[-*+]\s+|\d+[.)]\s+)?")

@@ -340,6 +340,27 @@ from test_container_checks import CONTAINER_CASES  # noqa: E402
 CASES.update(CONTAINER_CASES)
 
 
+# the reading side: a poster's sentences (negations) and the libraries' own messages
+def _pasted(text: str):
+    from hangdoctor.parsers.assemble import analyze_inputs
+
+    return lambda: analyze_inputs([("ticket.txt", text)])
+
+
+_STACK_TEXT = ('Process 4242: python -m vllm\nPython v3.11.7 (/usr/bin/python3)\n\n'
+               'Thread 4242 (idle): "MainThread"\n    synchronize (torch/cuda/__init__.py:900)\n')
+CASES["prose.negations"] = (
+    [(_pasted("We checked dmesg on the node and there is no Xid and no OOM killer at all.\n" + _STACK_TEXT), None)],
+    [_pasted("We restarted the server twice and it hangs again after an hour of serving.\n" + _STACK_TEXT)],
+)
+CASES["library.messages"] = (
+    [(_pasted("INFO 11-30 10:00:01 [shm_broadcast.py:386] No available shared memory broadcast block found "
+              "in 60 seconds. This typically happens when some processes are hanging or doing some "
+              "time-consuming work (e.g. compilation, weight/kv cache loading).\n"), None)],
+    [_pasted("INFO 11-30 10:00:01 [api_server.py:100] Started server process [4242]\n")],
+)
+
+
 def _check(cid: str):
     for c in builtin_checks():
         if c.id == cid:

@@ -157,12 +157,32 @@ def observe(ev: Evidence) -> Observations:
             if name not in obs.errors and rx.search(line):
                 obs.errors[name] = line.strip()[:200]
                 break
-    # the engine's own model of its log first; the libraries' generic lines otherwise
+    # the engine's own model of its log first; then the last line that one of the libraries'
+    # own messages (generated from their source) matches; the generic lines otherwise
     if phase in _ENGINE_PHASE:
         obs.phase, obs.phase_line = _ENGINE_PHASE[phase], eline
     else:
-        obs.phase, obs.phase_line = generic
+        obs.phase, obs.phase_line = _phase_of_messages(lines) or generic
     return obs
+
+
+# the generated messages' phases in the differential's words
+_MESSAGE_PHASE = {"init": "comm-init", "rendezvous": "rendezvous", "load": "load", "compile": "compile",
+                  "warmup": "warmup", "graph-capture": "graph-capture", "serving": "serving",
+                  "shutdown": "shutdown", "import": "import"}
+
+
+def _phase_of_messages(lines: list[str]) -> tuple[str, str] | None:
+    try:
+        from hangdoctor.knowledge.generated import match_message
+    except ImportError:
+        return None
+    for line in reversed(lines[-3000:]):
+        for m in match_message(line):
+            ph = _MESSAGE_PHASE.get(str(m.get("phase")))
+            if ph:
+                return ph, line.strip()[:200]
+    return None
 
 
 def prior_signals(obs: Observations) -> dict[str, list[dict[str, Any]]]:

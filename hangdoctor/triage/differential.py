@@ -167,7 +167,7 @@ def observe(ev: Evidence) -> Observations:
 
 
 # the generated messages' phases in the differential's words
-_MESSAGE_PHASE = {"init": "comm-init", "rendezvous": "rendezvous", "load": "load", "compile": "compile",
+_MESSAGE_PHASE = {"init": "init", "rendezvous": "rendezvous", "load": "load", "compile": "compile",
                   "warmup": "warmup", "graph-capture": "graph-capture", "serving": "serving",
                   "shutdown": "shutdown", "import": "import"}
 

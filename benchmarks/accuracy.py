@@ -197,15 +197,15 @@ def _pct(a: int, b: int) -> str:
 def markdown(summary: dict[str, Any], results: list[dict[str, Any]], corpus_name: str) -> str:
     s = summary
     out = [
-        "| corpus | cases | top-1 | top-3 | crashes | slowest case | median |",
-        "|---|---|---|---|---|---|---|",
+        "| corpus | cases | top-1 | top-3 | no cause | crashes | slowest case | median |",
+        "|---|---|---|---|---|---|---|---|",
         f"| {corpus_name} | {s['cases']} | {_pct(s['top1'], s['cases'])} | "
-        f"{_pct(s['top3'], s['cases'])} | {s['crashes']} | {s['max_s']:.2f} s | "
+        f"{_pct(s['top3'], s['cases'])} | {s['no_cause']} | {s['crashes']} | {s['max_s']:.2f} s | "
         f"{s['median_s']:.2f} s |",
     ]
     for name, b in (s.get("batches") or {}).items():
         out.append(f"| {name} | {b['cases']} | {_pct(b['top1'], b['cases'])} | "
-                   f"{_pct(b['top3'], b['cases'])} | no cause: {b['no_cause']} | | |")
+                   f"{_pct(b['top3'], b['cases'])} | {b['no_cause']} | | | |")
     out += [
         "",
         f"Time per case: {s.get('mode', 'in-process')}"

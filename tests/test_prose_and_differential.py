@@ -170,3 +170,24 @@ def test_output_pasted_as_a_markdown_table_is_read_as_the_output() -> None:
            "|-------------------------------+----------------------+----------------------+\n"
            "|   0  NVIDIA H100 80GB    On   | 00000000:18:00.0 Off |                    0 |\n")
     assert unwrap(smi) == (smi, [])
+
+
+def test_a_pasted_script_is_context_and_a_traceback_is_not() -> None:
+    from hangdoctor.parsers.prose import split_context
+
+    script = ["import torch.distributed as dist", "", "def main():", "    dist.init_process_group('nccl')",
+              "    dist.barrier()", "    dist.destroy_process_group()", "", "if __name__ == '__main__':", "    main()"]
+    evidence, prose, code = split_context(["$ torchrun --nproc_per_node=2 repro.py"] + script)
+    assert code == script and evidence == ["$ torchrun --nproc_per_node=2 repro.py"]
+    tb = ["Traceback (most recent call last):", '  File "repro.py", line 7, in main',
+          "    dist.destroy_process_group()", '  File "/x/torch/distributed/distributed_c10d.py", line 2100, in destroy_process_group',
+          "    _shutdown_backend(pg)", "RuntimeError: NCCL communicator was aborted"]
+    assert split_context(tb)[2] == []
+    # a record a library prints over several lines (torch's WorkNCCL) is output, not source
+    record = ["WorkNCCL(", "  SeqNum=6,", "  OpType=ALLREDUCE,", "  NumelIn=57344,", "  NumelOut=57344,",
+              "  Timeout(ms)=600000", ")"]
+    assert split_context(record)[2] == []
+    # a rule reads a script only when it names the kind
+    a = _analyse("\n".join(script) + "\n", "repro.py")
+    assert "nccl.teardown-while-peers-wait" not in {
+        r for c in a["checks"] if c["id"] == "knowledge.rules" for r in [s.get("refs") for s in c["signals"]] for r in (r or [])}

@@ -27,7 +27,7 @@ from hangdoctor.knowledge import packs
 from hangdoctor.knowledge.audit import derive
 from hangdoctor.knowledge.facts import extract, version_tuple
 
-KINDS = ("text", "tail", "last", "log", "kernel", "frame", "top", "env", "cmd", "prose")
+KINDS = ("text", "tail", "last", "log", "kernel", "frame", "top", "env", "cmd", "prose", "script")
 TAIL_LINES = 5  # "the last thing it printed": the last lines of each input / log
 _NOT_CONTENT = re.compile(r"^\s*(?:```\w*|\.\.\.|…|\[\.\.\..*\.\.\.\]|<details>.*|</details>)?\s*$")
 MAX_LINES = 30000  # per kind: bounds the time on a huge paste
@@ -89,10 +89,14 @@ def view_of_evidence(ev: Any) -> View:
                 # message reads like one and goes back to the evidence
                 bare_ok = not item.get("document")
                 for line in item["lines"]:
-                    if isinstance(line, str):
-                        v.add("text" if bare_ok and _message_at_start(line) else "prose", line)
-                        if bare_ok:
-                            context.append(line)
+                    if not isinstance(line, str):
+                        continue
+                    if item.get("script"):
+                        v.add("script", line)  # a rule that reads code says so: "in": ["script"]
+                        continue
+                    v.add("text" if bare_ok and _message_at_start(line) else "prose", line)
+                    if bare_ok:
+                        context.append(line)
         log_tail = [x for x in (s.get("log") or {}).get("tail") or [] if isinstance(x, str)]
         if not s.get("pasted_text"):
             v.lines["tail"].extend(_tail(log_tail))

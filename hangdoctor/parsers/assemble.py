@@ -29,7 +29,7 @@ from hangdoctor.parsers.faulthandler import parse_faulthandler
 from hangdoctor.parsers.frames import PastedDump, rank_from_text, role_from_text
 from hangdoctor.parsers.gdb import parse_gdb
 from hangdoctor.parsers.nvidia_smi import parse_nvidia_smi_q, parse_nvidia_smi_table
-from hangdoctor.parsers.prose import is_document, split_prose
+from hangdoctor.parsers.prose import is_document, split_context, split_prose
 from hangdoctor.parsers.ps import parse_ps
 from hangdoctor.parsers.pyspy_json import parse_pyspy_json
 from hangdoctor.parsers.pyspy_text import parse_pyspy_text
@@ -570,10 +570,12 @@ def analyze_inputs(inputs: list[tuple[str, str]]) -> dict:
         # bounded like the log tail: the last lines, each cut to a readable length
         kept = [x[:PASTED_LINE_CHARS] for x in all_lines[-PASTED_TEXT_LINES:]]
         document = is_document(kept)
-        kept, prose = split_prose(kept, document)
+        kept, prose, scripts = split_context(kept, document)
         b.pasted_text.append({"source": source, "lines": kept})
         if prose:
             b.pasted_prose.append({"source": source, "lines": prose, "document": document})
+        if scripts:  # a script the poster ran says what it would do, not where a process is
+            b.pasted_prose.append({"source": source, "lines": scripts, "document": True, "script": True})
         # a poster who says nvidia-smi blocked reports what a command did: read in prose too
         b.scan_nvidia_smi(kept + ([] if document else prose), source)
         plain = _unrecognised(segs)

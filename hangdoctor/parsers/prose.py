@@ -9,7 +9,8 @@ negation. So every pasted line is read as one of:
 - ``evidence``: it has the shape of program output (a log prefix or level, a timestamp, a frame,
   an exception line, a key=value or table row, a shell prompt, inside a fenced block, …);
 - ``prose``: it reads as a sentence written by a person: mostly words, few code characters, and
-  the code it carries sits inside the sentence (inline backticks), not at its start.
+  the code it carries sits inside the sentence (inline backticks), not at its start; or it is
+  part of a script the person pasted (a run of source lines that is no traceback): context too.
 
 Program messages without their prefix read like sentences too ("No available shared memory
 broadcast block found in 60 seconds."): the knowledge layer gives such a line back to the
@@ -95,22 +96,77 @@ def is_document(lines: list[str]) -> bool:
     return headings >= 3 or (headings >= 1 and sum(1 for x in nonblank if is_prose(x)) >= 0.3 * len(nonblank))
 
 
+# a line of program source (Python, the language these posts carry): a script the poster ran is
+# context like their sentences: `dist.destroy_process_group()` in it says what the script would
+# do, not where a process is. A traceback's source lines follow a `File "…", line N` line and
+# stay with the traceback.
+_CODE = re.compile(
+    r"^\s*(?:def \w+\(|class \w+[(:]|import \w|from [\w.]+ import |return\b|if .+:\s*(?:#.*)?$|"
+    r"elif .+:\s*$|else:\s*$|for .+ in .+:\s*$|while .+:\s*$|with .+:\s*$|try:\s*$|except\b.*:\s*$|"
+    r"finally:\s*$|@[\w.]+|[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*(?:[-+*/]?=)\s*[^=]|"
+    r"[A-Za-z_][\w.]*\([^)]*\)?\s*$|print\(|assert\b|pass\s*$|raise \w|\)\s*$|\]\s*$|\}\s*$)"
+)
+_TRACEBACK_FILE = re.compile(r'^\s*File "[^"]+", line \d+')
+# what only source has: a keyword statement or an assignment with spaces (a printed record such
+# as torch's multi-line ``WorkNCCL(\n  SeqNum=6,\n ...)`` has neither)
+_STRONG_CODE = re.compile(r"^\s*(?:def |class |import |from [\w.]+ import |return\b|for .+ in .+:|if .+:|"
+                          r"while .+:|with .+:|try:|except\b|print\(|[A-Za-z_][\w.\[\]\"']* = )")
+
+
+def _code_runs(lines: list[str]) -> set[int]:
+    """Indices of lines that belong to a pasted script: a run of at least 4 lines, most of them
+    source, none a traceback's ``File "…"`` line (blank lines and comments inside keep the run)."""
+    out: set[int] = set()
+    i = 0
+    n = len(lines)
+    while i < n:
+        if not _CODE.match(lines[i]):
+            i += 1
+            continue
+        j = i
+        code = 0
+        strong = 0
+        while j < n and (_CODE.match(lines[j]) or not lines[j].strip() or lines[j].lstrip().startswith("#")
+                         or (lines[j].startswith((" ", "\t")) and not _OUTPUT.search(lines[j]))):
+            if _TRACEBACK_FILE.match(lines[j]):
+                code = -999
+            if _CODE.match(lines[j]):
+                code += 1
+            if _STRONG_CODE.match(lines[j]):
+                strong += 1
+            j += 1
+        if code >= 4 and strong >= 2:
+            out.update(range(i, j))
+        i = max(j, i + 1)
+    return out
+
+
 def split_prose(lines: list[str], document: bool | None = None) -> tuple[list[str], list[str]]:
+    """``(evidence, prose)``, a pasted script counted with the prose (:func:`split_context`)."""
+    evidence, prose, code = split_context(lines, document)
+    return evidence, prose + code
+
+
+def split_context(lines: list[str], document: bool | None = None) -> tuple[list[str], list[str], list[str]]:
     """``(evidence, prose)``: lines inside fenced blocks are evidence (that is what a poster
     fences), except hangdoctor's own summary; outside them, :func:`is_prose` decides, and in a
     written document (:func:`is_document`) only what a program alone prints stays evidence.
-    Order within each list is kept."""
+    Order within each list is kept; the third list is the lines of pasted scripts."""
     evidence: list[str] = []
     prose: list[str] = []
+    scripts: list[str] = []
     if document is None:
         document = is_document(lines)
     fenced = False
-    for line in lines:
+    code = _code_runs(lines)
+    for i, line in enumerate(lines):
         if _FENCE.match(line):
             fenced = not fenced
             evidence.append(line)
             continue
-        if _OWN_OUTPUT.match(line):
+        if i in code:
+            scripts.append(line)
+        elif _OWN_OUTPUT.match(line):
             prose.append(line)
         elif fenced:
             evidence.append(line)
@@ -118,4 +174,4 @@ def split_prose(lines: list[str], document: bool | None = None) -> tuple[list[st
             prose.append(line)
         else:
             evidence.append(line)
-    return evidence, prose
+    return evidence, prose, scripts

@@ -3,8 +3,9 @@ typed lines and facts of one piece of evidence.
 
 A matcher (``when``) is ``{"all": [...], "any": [...], "not": [...]}``; each condition is
 
-- ``{"line": REGEX, "in": [KINDS], "min": N}``: a line of one of the kinds matches (at least N
-  lines); kinds: ``text`` (any pasted or log line), ``log``, ``kernel``, ``frame`` (a stack frame,
+- ``{"line": REGEX, "in": [KINDS], "min": N, "context": true}``: a line of one of the kinds matches
+  (at least N lines); ``context`` lets it read the poster's sentences too, for what is context
+  (a version, a model, a setting), never for a symptom; kinds: ``text`` (any pasted or log line), ``log``, ``kernel``, ``frame`` (a stack frame,
   ``name (file)``), ``top`` (the innermost frame of a thread), ``env`` (``KEY=VALUE``), ``cmd``
   (a command line), ``tail`` (the last lines of each input or log: where it stopped), ``last``
   (the last line of each);
@@ -95,8 +96,7 @@ def view_of_evidence(ev: Any) -> View:
                         v.add("script", line)  # a rule that reads code says so: "in": ["script"]
                         continue
                     v.add("text" if bare_ok and _message_at_start(line) else "prose", line)
-                    if bare_ok:
-                        context.append(line)
+                    context.append(line)
         log_tail = [x for x in (s.get("log") or {}).get("tail") or [] if isinstance(x, str)]
         if not s.get("pasted_text"):
             v.lines["tail"].extend(_tail(log_tail))
@@ -136,7 +136,7 @@ def view_of_evidence(ev: Any) -> View:
     if not v.lines["text"]:
         v.lines["text"] = v.lines["log"] + v.lines["kernel"]
     # a poster's sentences are context: the settings and versions they name are read (rules that
-    # key only on those are risk factors and never lead alone); a written document's are not
+    # key only on those are risk factors and never lead alone; see triage)
     v.facts = derive(extract(v.lines["text"] + v.lines["env"] + v.lines["cmd"] + context))
     v.facts["prose_only"] = not (v.lines["text"] or v.lines["frame"] or v.lines["env"] or v.lines["cmd"]
                                  or v.lines["kernel"]) and bool(v.lines["prose"])
@@ -222,7 +222,9 @@ def _fact_ok(cond: dict[str, Any], facts: dict[str, Any]) -> bool:
 def _line_hits(cond: dict[str, Any], view: View) -> list[str]:
     rx = _rx(cond["line"])
     # "text" already holds the log and kernel lines (pasted: the raw inputs; live: the tails)
-    kinds = cond.get("in") or ["text", "frame", "env", "cmd"]
+    kinds = list(cond.get("in") or ["text", "frame", "env", "cmd"])
+    if cond.get("context") and "prose" not in kinds:
+        kinds.append("prose")  # a setting or a model the poster names: context, read as such
     hits: list[str] = []
     need = int(cond.get("min", 1))
     for kind in kinds:
@@ -308,13 +310,21 @@ def _has_event(cond: Any) -> bool:
     return any(_has_event(c) for key in ("all", "any") for c in cond.get(key) or [])
 
 
-def is_risk_factor(entry: dict[str, Any]) -> bool:
+def is_risk_factor(entry: dict[str, Any], match: Any = None, view: View | None = None) -> bool:
     """A rule or known issue that keys only on settings (versions, a /dev/shm size, an env
-    variable, a flag on the command line) is a risk factor: it supports a cause that a symptom
-    points to and never leads alone. ``"risk": true/false`` in the entry overrides the reading."""
+    variable, a flag on the command line, what a poster names) is a risk factor: it supports a
+    cause that a symptom points to and never leads alone. With the match and its view, what
+    decides is what made it hold this time: no line of program output or stack among them.
+    ``"risk": true/false`` in the entry overrides the reading."""
     if "risk" in entry:
         return bool(entry["risk"])
-    return not _has_event(entry.get("when") or {})
+    if not _has_event(entry.get("when") or {}):
+        return True
+    if match is None or view is None:
+        return False
+    events = {line for k in ("text", "tail", "last", "log", "kernel", "frame", "top", "script")
+              for line in view.lines.get(k, ())}
+    return not any(line in events for line in match.lines)
 
 
 def rules() -> list[dict[str, Any]]:

@@ -31,6 +31,7 @@ SOURCES: list[tuple[str, str, str]] = [
     ("git", "text-generation-inference", ""),
     ("git", "flashinfer", ""),
     ("git", "ollama", ""),
+    ("git", "deepspeed", ""),
     ("stdlib", "cpython", ""),
 ]
 
@@ -107,7 +108,8 @@ WAITS: list[Wait] = [
          ["torch/_inductor/select_algorithm.py", "torch/_inductor/autotune_process.py"],
          "compile", "compile", "benchmarking candidate kernels (max-autotune)",
          "every choice benchmarked", name=r"AlgorithmSelectorCache\.(__call__|benchmark_example_value|"
-                                          r"make_benchmark_fn)|\w*benchmark\w*|TuningProcess\.\w+"),
+                                          r"make_benchmark_fn)|benchmark_in_sub_process|"
+                                          r"TuningProcess\.(get|recv|wait|process_main)"),
     Wait("torch.dynamo", "torch", ["torch/_dynamo/convert_frame.py"], "compile", "compile",
          "Dynamo tracing the frame into an FX graph", "the trace and the backend compile finishing",
          name=r"_compile|compile_inner|ConvertFrameAssert\.__call__|_compile_inner|ConvertFrame\.__call__"),
@@ -133,8 +135,13 @@ WAITS: list[Wait] = [
          "serving", "the NCCL kernel of the collective to complete on the GPU",
          "every rank's kernel finishing; the watchdog timeout aborts it",
          native="dynsym", name=r"c10d::ProcessGroupNCCL::(WorkNCCL::)?(wait|synchronize|"
-                               r"synchronizeStream|isCompleted|checkTimeout|abort|shutdown|"
-                               r"waitForPendingWorks|barrier)"),
+                               r"synchronizeStream|isCompleted|checkTimeout|waitForPendingWorks|"
+                               r"barrier)"),
+    Wait("torch.native.pgnccl-abort", "torch==2.14.1", ["torch/lib/libtorch_cuda.so"], "collective",
+         "shutdown", "the NCCL communicators to abort / finalize (in-flight kernels must drain)",
+         "ncclCommAbort returning; a kernel wedged on a dead peer can hold it",
+         native="dynsym", name=r"c10d::ProcessGroupNCCL::(abort|shutdown|abortComms)|"
+                               r"c10d::NCCLComm::(abort|finalize|destroy)"),
     Wait("torch.native.pgnccl-init", "torch==2.14.1", ["torch/lib/libtorch_cuda.so"], "comm-init",
          "init", "every rank of the group creating its NCCL communicator",
          "the last rank's ncclCommInitRank; the store exchange of the unique id",
@@ -181,7 +188,7 @@ WAITS: list[Wait] = [
     Wait("cuda.driver.init", "nvidia-cuda-runtime-cu12", ["nvidia/cuda_runtime/include/cuda.h"],
          "gpu-sync", "init", "the driver creating a context on the device",
          "init finishing; an interposer or a wedged GPU can hold it",
-         native="header", name=r"cu(Init|DevicePrimaryCtxRetain|CtxCreate\w*|DeviceGet\w*|"
+         native="header", name=r"cu(Init|DevicePrimaryCtxRetain|CtxCreate\w*|DeviceGet|DeviceGetCount|"
                                r"CtxEnablePeerAccess)"),
     Wait("cuda.driver.graph", "nvidia-cuda-runtime-cu12", ["nvidia/cuda_runtime/include/cuda.h"],
          "graph-capture", "graph-capture", "a CUDA graph capture or instantiation",
@@ -192,8 +199,11 @@ WAITS: list[Wait] = [
          "every rank of the communicator to join (bootstrap over the network, then transports)",
          "the last rank calling it; a missing rank or a blocked transport never releases it",
          native="header", name=r"nccl(CommInitRank\w*|CommInitAll|CommSplit|CommShrink|"
-                               r"GetUniqueId|CommFinalize|CommDestroy|CommAbort|CommRegister|"
-                               r"CommWindowRegister|MemAlloc)"),
+                               r"GetUniqueId|CommRegister|CommWindowRegister)"),
+    Wait("nccl.teardown", "nccl", ["src/nccl.h.in"], "collective", "shutdown",
+         "the communicator's outstanding operations to finish before it is freed",
+         "the kernels completing; ncclCommAbort does not wait", native="header",
+         name=r"nccl(CommFinalize|CommDestroy|CommAbort)"),
     Wait("nccl.collectives", "nccl", ["src/nccl.h.in"], "collective", "serving",
          "enqueueing the collective on the stream (blocks on a full queue or a group end)",
          "the enqueue completing; the kernel then waits on the GPU for every rank",
@@ -250,8 +260,11 @@ WAITS: list[Wait] = [
     Wait("vllm.executor-rpc", "vllm", ["vllm/v1/executor/multiproc_executor.py"], "ipc-queue",
          "serving", "every worker's reply to a collective RPC (execute_model and friends)",
          "the workers answering; VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS raises TimeoutError",
-         name=r"MultiprocExecutor\.(collective_rpc|_get_output_rank|wait_for_termination)|"
-              r"WorkerProc\.wait_for_ready|MultiprocExecutor\._init_executor"),
+         name=r"MultiprocExecutor\.collective_rpc"),
+    Wait("vllm.executor-init", "vllm", ["vllm/v1/executor/multiproc_executor.py"], "ipc-queue", "init",
+         "every worker process to report READY over its pipe (after loading the model)",
+         "the workers starting; one that dies or hangs in init never answers",
+         name=r"WorkerProc\.wait_for_ready|MultiprocExecutor\._init_executor"),
     Wait("vllm.worker-loop", "vllm", ["vllm/v1/executor/multiproc_executor.py"], "idle-wait",
          "serving", "the next RPC from the engine over the shared-memory queue",
          "the engine broadcasting work", name=r"WorkerProc\.(worker_busy_loop|worker_main|"
@@ -268,6 +281,46 @@ WAITS: list[Wait] = [
     Wait("vllm.core-client", "vllm", ["vllm/v1/engine/core_client.py"], "ipc-queue", "serving",
          "outputs from the engine core process", "the engine producing a step",
          name=r"\w+Client\.(get_output\w*|call_utility\w*|_call_utility_async)"),
+    Wait("vllm.group-coordinator", "vllm", ["vllm/distributed/parallel_state.py"], "collective",
+         "serving", "every rank of the TP / PP / DP group in the same collective",
+         "the last rank's matching call", name=r"GroupCoordinator\.(all_reduce|_all_reduce_out_place|"
+                                                r"all_gather\w*|reduce_scatter\w*|gather|broadcast\w*|"
+                                                r"send\w*|recv\w*|barrier)"),
+    Wait("vllm.group-init", "vllm", ["vllm/distributed/parallel_state.py"], "comm-init", "init",
+         "every rank creating the groups (torch.distributed groups, then the device communicators)",
+         "the last rank reaching it", name=r"init_distributed_environment|initialize_model_parallel|"
+                                           r"ensure_model_parallel_initialized|GroupCoordinator\.__init__|"
+                                           r"init_model_parallel_group|init_world_group"),
+    Wait("vllm.pynccl", "vllm", ["vllm/distributed/device_communicators/pynccl.py"], "collective",
+         "serving", "vLLM's own NCCL binding: every rank in the same NCCL call",
+         "the last rank's matching call", name=r"PyNcclCommunicator\.(all_reduce|all_gather\w*|"
+                                                 r"reduce_scatter\w*|send|recv|broadcast|group_end)"),
+    Wait("vllm.pynccl-init", "vllm", ["vllm/distributed/device_communicators/pynccl.py",
+                                      "vllm/distributed/device_communicators/pynccl_wrapper.py"],
+         "comm-init", "init", "ncclCommInitRank through vLLM's binding (all ranks must join)",
+         "the last rank's init", name=r"PyNcclCommunicator\.__init__|NCCLLibrary\.(ncclCommInitRank|"
+                                     r"ncclGetUniqueId)"),
+    Wait("vllm.custom-allreduce", "vllm", ["vllm/distributed/device_communicators/custom_all_reduce.py"],
+         "collective", "serving", "the peer GPUs' flags in vLLM's custom all-reduce kernel (CUDA IPC buffers)",
+         "every rank's kernel writing its flag", name=r"CustomAllreduce\.(all_reduce|custom_all_reduce|"
+                                                       r"register_graph_buffers|capture)"),
+    Wait("vllm.custom-allreduce-init", "vllm",
+         ["vllm/distributed/device_communicators/custom_all_reduce.py",
+          "vllm/distributed/device_communicators/all_reduce_utils.py"], "cuda-ipc", "init",
+         "exchanging CUDA IPC handles and testing P2P access between the GPUs",
+         "every rank opening the peers' handles", name=r"CustomAllreduce\.(__init__|create_shared_buffer|"
+                                                         r"_get_ipc_meta|_gather_ipc_meta)|"
+                                                         r"gpu_p2p_access_check|can_actually_p2p"),
+    Wait("vllm.weights", "vllm", ["vllm/model_executor/model_loader/weight_utils.py"], "file-read", "load",
+         "weight shards read from disk (safetensors / pt / npcache)", "the iterator finishing the files",
+         name=r"\w*weights_iterator|filter_duplicate_safetensors_files"),
+    Wait("vllm.weights-download", "vllm", ["vllm/model_executor/model_loader/weight_utils.py"], "network",
+         "load", "the Hub sending the weight files (under a per-model file lock)",
+         "the download finishing; a concurrent downloader's lock", name=r"download_weights_from_hf|"
+                                                                      r"download_safetensors_index_file_from_hf"),
+    Wait("vllm.weights-lock", "vllm", ["vllm/model_executor/model_loader/weight_utils.py"], "lock", "load",
+         "the per-model file lock vLLM takes around downloads", "the other process releasing it",
+         name=r"get_lock"),
     Wait("vllm.worker-init", "vllm", ["vllm/v1/worker/gpu_worker.py"], "comm-init", "init",
          "torch.distributed and the NCCL group of the workers",
          "every worker reaching init", name=r"init_worker_distributed_environment|Worker\.init_device"),
@@ -309,6 +362,15 @@ WAITS: list[Wait] = [
     Wait("sglang.init-dist", "sglang", ["sglang/srt/model_executor/model_runner.py"], "comm-init",
          "init", "torch.distributed / NCCL init of the TP group", "every rank reaching init",
          name=r"ModelRunner\.init_torch_distributed"),
+    Wait("sglang.group-coordinator", "sglang", ["sglang/srt/distributed/parallel_state.py"],
+         "collective", "serving", "every rank of the TP group in the same collective",
+         "the last rank's matching call", name=r"GroupCoordinator\.(all_reduce|_all_reduce_\w+|"
+                                                r"all_gather\w*|reduce_scatter\w*|gather|broadcast\w*|"
+                                                r"send\w*|recv\w*|barrier)"),
+    Wait("sglang.group-init", "sglang", ["sglang/srt/distributed/parallel_state.py"], "comm-init", "init",
+         "every rank creating the parallel groups", "the last rank reaching it",
+         name=r"init_distributed_environment|initialize_model_parallel|GroupCoordinator\.__init__|"
+              r"init_model_parallel_group|init_world_group"),
     Wait("sglang.capture", "sglang", ["sglang/srt/model_executor/cuda_graph_runner.py"],
          "graph-capture", "graph-capture", "CUDA graph capture", "the capture loop ending",
          name=r"CudaGraphRunner\.(capture|capture_one_batch_size|__init__)"),
@@ -365,6 +427,12 @@ WAITS: list[Wait] = [
     Wait("uvicorn.serve", "uvicorn", ["uvicorn/server.py"], "event-loop", "serving",
          "HTTP connections (the server's main loop)", "a request arriving",
          name=r"Server\.(serve|_serve|main_loop|on_tick|startup|shutdown)"),
+    Wait("deepspeed.comm", "deepspeed", ["deepspeed/comm/comm.py"], "collective", "serving",
+         "every rank in the same collective (DeepSpeed's wrapper over torch.distributed)",
+         "the last rank's matching call", decorator=r"timed_op"),
+    Wait("deepspeed.init", "deepspeed", ["deepspeed/comm/comm.py"], "comm-init", "init",
+         "torch.distributed init for DeepSpeed (all ranks must join)", "the last rank's init",
+         name=r"init_distributed|init_deepspeed_backend"),
     Wait("ray.get", "ray", ["ray/_private/worker.py"], "network", "any",
          "a Ray object: a remote task or actor result", "the task finishing; a dead node never returns it",
          name=r"get|wait|get_actor"),
@@ -663,6 +731,12 @@ MESSAGES += [
     Msg("uvicorn.server", "uvicorn", ["uvicorn/server.py", "uvicorn/main.py", "uvicorn/lifespan/on.py"],
         "http-server", "state", "any", "uvicorn reports the server's life cycle (startup, shutdown, "
         "waiting for connections / background tasks)."),
+    Msg("deepspeed.launcher-exit", "deepspeed", ["deepspeed/launcher/launch.py"], "worker-failed",
+        "mechanism", "any", "DeepSpeed's launcher saw a rank exit with a non-zero code and kills the rest.",
+        [("rank-died", 0.45)], text=r"exits with return code"),
+    Msg("deepspeed.launcher", "deepspeed", ["deepspeed/launcher/launch.py", "deepspeed/launcher/runner.py"],
+        "deepspeed-launcher", "state", "any", "DeepSpeed's launcher reports the job's set-up or a "
+        "process it kills.", levels=("info", "warning", "error")),
     Msg("ray.worker", "ray", ["ray/_private/worker.py"], "ray-worker", "state", "any",
         "Ray reports a worker / driver state or a failure to get an object.",
         levels=("warning", "error", "exception"), via="log"),

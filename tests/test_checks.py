@@ -354,10 +354,10 @@ CASES["prose.negations"] = (
     [_pasted("We restarted the server twice and it hangs again after an hour of serving.\n" + _STACK_TEXT)],
 )
 CASES["library.messages"] = (
-    [(_pasted("INFO 11-30 10:00:01 [shm_broadcast.py:386] No available shared memory broadcast block found "
-              "in 60 seconds. This typically happens when some processes are hanging or doing some "
-              "time-consuming work (e.g. compilation, weight/kv cache loading).\n"), None)],
-    [_pasted("INFO 11-30 10:00:01 [api_server.py:100] Started server process [4242]\n")],
+    # NCCL's own WARN format ("Cuda failure '%s'", src/include/checks.h), as a rank prints it
+    [(_pasted("node7:4410:4410 [0] transport/p2p.cc:272 NCCL WARN Cuda failure "
+              "'peer access is not supported between these two devices'\n"), "gpu-fault")],
+    [_pasted("node7:4410:4410 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct\n")],
 )
 
 

@@ -51,11 +51,14 @@ def library_messages(ev: Evidence):
     lines = (view.lines["text"] + view.lines["log"] + view.lines["kernel"])[-MAX_LINES:]
     if not lines:
         return skipped(["log or pasted output"], "no program output to read")
-    best: dict[str, tuple[dict[str, Any], str]] = {}  # one signal per template
+    # one signal per event: two templates of one message (a release that reworded it, a second
+    # call site) are one observation, not two
+    best: dict[str, tuple[dict[str, Any], str]] = {}
     for line in dict.fromkeys(lines):
         for m in gen.match_message(line):
-            if m.get("causes") and m["id"] not in best:
-                best[m["id"]] = (m, line)
+            key = str(m.get("event") or m["id"])
+            if m.get("causes") and key not in best:
+                best[key] = (m, line)
     if not best:
         return cleared("no line matches a library's message template that names a cause")
     signals: list[Signal] = []

@@ -191,3 +191,23 @@ def test_a_pasted_script_is_context_and_a_traceback_is_not() -> None:
     a = _analyse("\n".join(script) + "\n", "repro.py")
     assert "nccl.teardown-while-peers-wait" not in {
         r for c in a["checks"] if c["id"] == "knowledge.rules" for r in [s.get("refs") for s in c["signals"]] for r in (r or [])}
+
+
+def test_frames_pasted_without_a_header_are_a_stack_and_an_idle_compile_pool_is_no_compile() -> None:
+    text = ("```\n"
+            "main          (serve.py:40)\n"
+            "step          (engine/loop.py:88)        # the step never returns\n"
+            "wait_for_result (engine/loop.py:120)\n"
+            "get           (queue.py:171)\n"
+            "```\n")
+    a = _analyse(text, "stack.txt")
+    threads = [t for s in a["stacks"].values() for t in s["threads"]]
+    assert threads and threads[0]["wait_kind"] == "ipc-wait"
+    # outermost first as pasted: the end that is a known wait point is taken as the innermost
+    assert threads[0]["frames"][0]["name"] == "get"
+    from hangdoctor.evidence.stacks import Frame, classify
+
+    pool = [Frame("_recv_msg", "torch/_inductor/compile_worker/subproc_pool.py", 53),
+            Frame("_read_thread", "torch/_inductor/compile_worker/subproc_pool.py", 161),
+            Frame("run", "threading.py", 953)]
+    assert classify(pool, active=False)[0] == "ipc-wait"

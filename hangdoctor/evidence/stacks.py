@@ -191,10 +191,15 @@ def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
             return "graph-capture", f.short
         if not f.native and f.bare in ("capture_model", "capture", "warmup_model") and "graph" in f.file.lower():
             return "graph-capture", f.short
+    inner_py = next((f for f in frames if not f.native), None)
     for i, f in enumerate(frames):
         if not f.native and _in(f.file, _COMPILE_FILES):
             if _runs_compiled(frames[: i + 1]):
                 break  # running what torch.compile produced is not compiling
+            if (inner_py is not None and "compile_worker" in inner_py.file
+                    and _IDLE_POOL.match(inner_py.bare)):
+                # inductor's compile-worker pool reading its pipe: waiting for a job, idle
+                return "ipc-wait", inner_py.short
             return "compile", f.short
     # Innermost decides the rest.
     for f in frames:
@@ -265,6 +270,9 @@ def _generated_wait(frames: list[Frame]) -> tuple[str, str] | None:
     return None
 
 
+_IDLE_POOL = re.compile(r"^(_recv_msg|recv|_recv|recv_bytes|read|readinto|get|wait|_wait|poll|_read_thread)$")
+
+
 def _runs_compiled(frames: list[Frame]) -> bool:
     """True when the thread runs torch.compile's output (``CompiledFxGraph.__call__`` in
     ``torch/_inductor/output_code.py``) at or inside these frames. Seen on a real vLLM: a rank
@@ -297,6 +305,16 @@ def build_proc_stack(pid: int, entry: dict[str, Any]) -> ProcStack:
                 frames=frames,
             )
             ts.wait_kind, ts.detail = classify(frames, ts.active)
+            if t.get("order") == "as-pasted" and len(frames) > 1:
+                # frames pasted without a header may be outermost first: the end that is a
+                # known wait point is the innermost one
+                if ts.wait_kind in ("running", "unknown"):
+                    kind, detail = classify(frames[::-1], ts.active)
+                    if kind not in ("running", "unknown"):
+                        ts.frames = frames[::-1]
+                        ts.wait_kind, ts.detail = kind, detail
+                elif ts.detail == frames[-1].short and ts.detail != frames[0].short:
+                    ts.frames = frames[::-1]
             threads.append(ts)
         ps.samples.append(threads)
     return ps

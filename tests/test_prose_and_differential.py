@@ -211,3 +211,13 @@ def test_frames_pasted_without_a_header_are_a_stack_and_an_idle_compile_pool_is_
             Frame("_read_thread", "torch/_inductor/compile_worker/subproc_pool.py", 161),
             Frame("run", "threading.py", 953)]
     assert classify(pool, active=False)[0] == "ipc-wait"
+
+
+def test_a_log_pasted_newest_first_is_read_oldest_first() -> None:
+    from hangdoctor.parsers.unwrap import unwrap
+
+    lines = [f"Apr 03 22:48:{s:02d} host ollama[7]: line {s}" for s in (50, 40, 30, 20, 10)]
+    text, said = unwrap("\n".join(lines))
+    assert said == ["newest-first order (read oldest first)"]
+    assert text.splitlines()[-1].endswith("line 50")
+    assert unwrap("\n".join(lines[::-1]))[1] == []  # oldest first already: left alone

@@ -93,6 +93,37 @@ def _untabulate(lines: list[str]) -> list[str] | None:
     return out
 
 
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
+                                        "Nov", "Dec"), 1)}
+_STAMP = re.compile(r"(?:(?P<y>\d{4})[-/](?P<mo>\d\d)[-/](?P<d>\d\d)[T ]|(?P<mon>[A-Z][a-z]{2}) +(?P<d2>\d{1,2}) |"
+                    r"(?P<mo3>\d\d)-(?P<d3>\d\d) )?(?P<t>\d\d:\d\d:\d\d)")
+
+
+def _stamp(line: str) -> tuple | None:
+    m = _STAMP.search(line[:120])
+    if not m:
+        return None
+    if m.group("y"):
+        day = (int(m.group("mo")), int(m.group("d")))
+    elif m.group("mon"):
+        day = (_MONTHS.get(m.group("mon"), 0), int(m.group("d2")))
+    elif m.group("mo3"):
+        day = (int(m.group("mo3")), int(m.group("d3")))
+    else:
+        day = (0, 0)
+    return day + (m.group("t"),)
+
+
+def _newest_first(lines: list[str]) -> bool:
+    """A log pasted newest first (``journalctl -r``, a web console): its timestamps mostly fall."""
+    stamps = [st for st in (_stamp(ln) for ln in lines) if st is not None]
+    if len(stamps) < 4:
+        return False
+    down = sum(1 for a, b in zip(stamps, stamps[1:]) if b < a)
+    up = sum(1 for a, b in zip(stamps, stamps[1:]) if b > a)
+    return down >= 3 and down >= 4 * max(up, 1)
+
+
 def unwrap(text: str) -> tuple[str, list[str]]:
     """(the text without its wrapping, what was taken off)."""
     said: list[str] = []
@@ -113,4 +144,8 @@ def unwrap(text: str) -> tuple[str, list[str]]:
             taken = True
         if taken:
             said.append(name)
+    if _newest_first(lines):
+        # read it oldest first, as every log is: its last line is where it stopped
+        lines = lines[::-1]
+        said.append("newest-first order (read oldest first)")
     return "\n".join(lines), said

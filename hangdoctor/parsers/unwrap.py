@@ -131,6 +131,7 @@ def unwrap(text: str) -> tuple[str, list[str]]:
         text = strip_ansi(text)
         said.append("terminal colour codes")
     lines = text.split("\n")
+    newest_first = _newest_first(lines)  # before a wrapper that carries the times comes off
     untab = _untabulate(lines)
     if untab is not None:
         lines = untab
@@ -144,7 +145,7 @@ def unwrap(text: str) -> tuple[str, list[str]]:
             taken = True
         if taken:
             said.append(name)
-    if _newest_first(lines):
+    if newest_first or _newest_first(lines):
         # read it oldest first, as every log is: its last line is where it stopped
         lines = lines[::-1]
         said.append("newest-first order (read oldest first)")

@@ -15,6 +15,7 @@ import click
 from hangdoctor.cli.diagnosis import _run_diagnosis
 from hangdoctor.cli.options import (
     EXIT_CODES_HELP,
+    EXIT_NO_COLLECT,
     _diagnose_options,
     _emit,
     _err,
@@ -23,6 +24,12 @@ from hangdoctor.cli.options import (
     check_report_path,
 )
 from hangdoctor.errors import UsageError
+
+
+def _render_json(analysis: dict[str, Any]) -> str:
+    from hangdoctor.report.render import render_json
+
+    return render_json(analysis)
 
 
 def _given_source_failed(results: list[Any], kw: dict[str, Any]) -> bool:
@@ -51,7 +58,7 @@ def _save_snapshots(path: str, results: list[Any], derived: bool = False) -> Non
 @click.argument("hosts", nargs=-1)
 @_diagnose_options
 @_output_options
-@click.option("--save-snapshot", type=click.Path(dir_okay=False), default=None,
+@click.option("--save-snapshot", type=click.Path(), default=None,
               help="save the raw snapshot JSON here (default: next to -o as NAME.snapshot.json)")
 def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
     """Diagnose the inference server(s) on HOST: localhost, [user@]host[:port], an ssh alias,
@@ -73,6 +80,13 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
                           f"-o {kw.get('output')}: the snapshot saved next to it,")
     analysis, results, wall_s = _run_diagnosis(hosts, kw)
     analysis["wall_s"] = round(wall_s, 3)
+    if results and all(r.snapshot is None and r.error for r in results):
+        # Nothing reached: each target's one line (what failed, what to do) is on stderr
+        # already; a summary or a report of no evidence would only bury it. --json still
+        # answers with the analysis, whose host results carry the same errors.
+        if kw.get("as_json"):
+            sys.stdout.write(_render_json(analysis) + "\n")
+        sys.exit(EXIT_NO_COLLECT)
     extra = []
     if snap_path and any(r.snapshot for r in results):
         try:

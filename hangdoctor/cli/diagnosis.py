@@ -80,19 +80,31 @@ def _preflight(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str
         log = opts.get("log")
         # Only a path that is not there: a FIFO or a device is the probe's to refuse (it
         # never opens one), with the rest of the evidence collected.
-        if log and _log_missing(log):
+        problem = _log_problem(log) if log else None
+        if problem == "missing":
             raise UsageError(f"--log {log} does not exist on {t.name}", "give the server's log file")
+        if problem == "folder":
+            raise UsageError(f"--log {log} is a folder on {t.name}, not a log file",
+                             "give the server's log file in it")
 
 
-def _log_missing(path: str, timeout_s: float = 2.0) -> bool:
-    """Whether the log path is surely not there. Asked of a disposable child: a path on a hung
-    FUSE or NFS mount puts whoever stats it in D state for good, and this process must exit by
-    its deadline. A child that does not answer in time leaves the question to the probe."""
+def _log_problem(path: str, timeout_s: float = 2.0) -> str | None:
+    """"missing" when the log path is surely not there, "folder" when it is a directory, else
+    None. Asked of a disposable child: a path on a hung FUSE or NFS mount puts whoever stats it
+    in D state for good, and this process must exit by its deadline. A child that does not
+    answer in time leaves the question to the probe."""
     from hangdoctor.collect.sources import LogRead
 
     res = LogRead([path], given=True, tail=False).result(timeout_s)
     err = str(res.get("error") or "")
-    return not res.get("timeout") and "No such file" in err
+    if res.get("timeout"):
+        return None
+    if "No such file" in err:
+        return "missing"
+    # the child has just stat'ed it without blocking: asking again here is safe
+    if "not a regular file" in err and os.path.isdir(path):
+        return "folder"
+    return None
 
 
 def _refuse_missing_pids(results: list[Any], by_host: dict[str, list[int]]) -> None:

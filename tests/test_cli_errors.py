@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -52,7 +53,9 @@ def test_ssh_connection_refused(tmp_path: Path) -> None:
 
 def test_ssh_connection_refused_with_json_prints_only_json(tmp_path: Path) -> None:
     port = free_port()
-    proc = run_hangdoctor("diagnose", f"root@127.0.0.1:{port}", "--pid", "1", "--json", cwd=tmp_path)
+    proc = run_hangdoctor(
+        "diagnose", f"root@127.0.0.1:{port}", "--pid", "1", "--json", cwd=tmp_path
+    )
     lines = [x for x in proc.stderr.splitlines() if x.strip()]
     assert proc.returncode == 4 and len(lines) == 1, proc.stderr
     doc = json.loads(proc.stdout)  # pure JSON: the whole of stdout parses
@@ -107,7 +110,9 @@ def test_cluster_unreachable(tmp_path: Path, how: list[str]) -> None:
     )
     out = tmp_path / "out"
     out.mkdir()
-    proc = run_hangdoctor("diagnose", *how, "--kubeconfig", str(kubeconfig), "--window", "0.2", cwd=out)
+    proc = run_hangdoctor(
+        "diagnose", *how, "--kubeconfig", str(kubeconfig), "--window", "0.2", cwd=out
+    )
     one_line_error(proc, 4, "the cluster is not reachable")
     nothing_written(proc, out)
 
@@ -160,3 +165,53 @@ def test_click_usage_errors_are_one_line(tmp_path: Path) -> None:
         line = one_line_error(proc, 2, phrase)
         assert "--help" in line
         assert proc.stdout == ""
+
+
+# ------------------------------------------------------------------ --port with nothing on it
+
+
+DECOY = "import time; print('ready', flush=True); time.sleep(120)"
+
+
+@pytest.fixture
+def decoy(tmp_path: Path):
+    """A Python script whose command line says vllm: discovery takes it for a server."""
+    script = tmp_path / "vllm_decoy.py"
+    script.write_text(DECOY)
+    proc = subprocess.Popen([sys.executable, str(script), "--model", "vllm"], text=True,
+                            stdout=subprocess.PIPE, stdin=subprocess.DEVNULL)  # fmt: skip
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_port_nobody_listens_on_is_exit_2_before_the_window(tmp_path: Path, decoy) -> None:
+    port = free_port()
+    proc = run_hangdoctor("diagnose", "localhost", "--port", str(port), "--window", "600",
+                          "-o", str(tmp_path / "r.html"), cwd=tmp_path)  # fmt: skip
+    one_line_error(proc, 2, f"nothing listens on port {port} on localhost")
+    assert not (tmp_path / "r.html").exists()
+
+
+def test_the_probe_diagnoses_no_other_server_for_a_port_nobody_listens_on(decoy) -> None:
+    from hangdoctor.collect.config import ProbeConfig
+    from hangdoctor.collect.probe import collect
+
+    port = free_port()
+    snap = collect(ProbeConfig(ports=[port], window_s=0.2, deadline_s=10))
+    assert snap["targets"]["root_pids"] == [] and snap["targets"]["discovery"] == []
+    assert decoy.pid not in [p.get("pid") for p in snap.get("processes") or []]
+    assert snap["targets"]["ports_unmatched"]["not_listening"] == [port]
+    # the control: without --port the decoy is what discovery finds
+    found = collect(ProbeConfig(window_s=0.2, deadline_s=10))["targets"]["root_pids"]
+    assert decoy.pid in found
+
+
+@pytest.mark.ssh
+def test_port_nobody_listens_on_over_ssh_is_exit_2(sshd, tmp_path: Path, decoy) -> None:
+    port = free_port()
+    proc = run_hangdoctor("diagnose", sshd.alias, "--port", str(port), "--window", "0.2",
+                          "--ssh-config", sshd.ssh_config, "-o", str(tmp_path / "r.html"))  # fmt: skip
+    one_line_error(proc, 2, f"nothing listens on port {port} on {sshd.alias}")
+    assert not (tmp_path / "r.html").exists()

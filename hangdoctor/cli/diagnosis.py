@@ -77,6 +77,8 @@ def _preflight(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str
             if not os.path.exists(f"/proc/{pid}"):
                 raise UsageError(f"no process {pid} on {t.name}",
                                  "check the PID: ps -eo pid,cmd | grep -iE 'vllm|sglang|python'")
+        if opts.get("port") and not by_host.get(t.name):
+            _refuse_port_nobody_listens(t.name, list(opts["port"]))
         log = opts.get("log")
         # Only a path that is not there: a FIFO or a device is the probe's to refuse (it
         # never opens one), with the rest of the evidence collected.
@@ -86,6 +88,32 @@ def _preflight(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str
         if problem == "folder":
             raise UsageError(f"--log {log} is a folder on {t.name}, not a log file",
                              "give the server's log file in it")
+
+
+def _refuse_port_nobody_listens(host: str, ports: list[int]) -> None:
+    """--port without --pid names the server by its port: with nothing listening there, the
+    servers discovery would find instead are not the one asked for. /proc/net/tcp is the
+    kernel's socket table, read without touching any file system a server uses."""
+    from hangdoctor.collect import procfs
+
+    heard = {info.get("port") for info in procfs.listening_sockets("/proc").values()}
+    if heard and not any(p in heard for p in ports):
+        raise UsageError(f"nothing listens on port {', '.join(map(str, ports))} on {host}",
+                         "check the port: ss -ltnp; or give --pid PID")
+
+
+def _refuse_unheard_ports(results: list[Any]) -> None:
+    """The probe found nothing listening on --port on a remote host: refused as on localhost."""
+    for r in results:
+        unmatched = ((r.snapshot or {}).get("targets") or {}).get("ports_unmatched") or {}
+        ports = unmatched.get("not_listening") or []
+        if ports:
+            raise UsageError(f"nothing listens on port {', '.join(map(str, ports))} on {r.name}",
+                             "check the port: ss -ltnp; or give --pid PID")
+        if unmatched:
+            raise UsageError(f"port {', '.join(map(str, unmatched.get('ports') or []))} on {r.name}: "
+                             "the process listening there is not visible to this user",
+                             "run as the server's user or with sudo, or give --pid PID")
 
 
 def _log_problem(path: str, timeout_s: float = 2.0) -> str | None:
@@ -255,6 +283,7 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     warmer.join()
     if not kw.get("take_what_there_is"):
         _refuse_missing_pids(results, by_host)
+        _refuse_unheard_ports(results)
     if "error" in warm:
         raise warm["error"]
     checks = warm["checks"]

@@ -3,7 +3,7 @@
 Only this package turns errors into messages and exit codes. stdout carries the requested
 output (``--json`` means pure JSON); the terminal summary, progress and errors go to stderr.
 Each command lives in its own ``cmd_<name>`` module; what several commands share lives in
-``options``, ``diagnosis``, ``documents`` and ``prekill``. Dependencies flow one way: this
+``options``, ``diagnosis``, ``documents``, ``nextcmd`` and ``prekill``. Dependencies flow one way: this
 module imports the command modules, they import the shared modules, never the reverse.
 
 Layer: cli; may import: the standard library, click, hangdoctor and hangdoctor.cli's modules.

@@ -41,6 +41,9 @@ def demo(output: str, window: float, workers: int, as_json: bool, wide: bool, co
         kw = {"pids": [str(sc.launcher_pid)], "log": sc.log, "window": window, "deadline": 45.0}
         analysis, _results, wall_s = _run_diagnosis(("localhost",), kw)
         analysis["wall_s"] = round(wall_s, 3)
+        # the demo server is stopped below: the next command is for the user's own server
+        nxt = str(analysis.get("next_command") or "")
+        analysis["next_command"] = nxt.replace(f"--pid {sc.launcher_pid}", "--pid PID") or None
     finally:
         running.stop()
         import shutil

@@ -1,7 +1,7 @@
 """``hangdoctor diagnose``: collect from the host(s), analyse, write the report and the snapshot.
 
 Layer: cli; may import: the standard library, click, hangdoctor and hangdoctor.cli's shared
-modules (options, diagnosis), never another command module.
+modules (options, diagnosis, nextcmd), never another command module.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from hangdoctor.cli.diagnosis import _run_diagnosis
+from hangdoctor.cli.nextcmd import runnable
 from hangdoctor.cli.options import (
     EXIT_CODES_HELP,
     EXIT_NO_COLLECT,
@@ -80,6 +81,9 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
                           f"-o {kw.get('output')}: the snapshot saved next to it,")
     analysis, results, wall_s = _run_diagnosis(hosts, kw)
     analysis["wall_s"] = round(wall_s, 3)
+    given = [int(p) for p in kw.get("pids") or () if str(p).isdigit()]
+    analysis["next_command"] = runnable(analysis.get("next_command"), kw, [r.name for r in results],
+                                        {"": given})
     if results and all(r.snapshot is None and r.error for r in results):
         # Nothing reached: each target's one line (what failed, what to do) is on stderr
         # already; a summary or a report of no evidence would only bury it. --json still

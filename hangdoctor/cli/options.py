@@ -163,9 +163,9 @@ def _emit(analysis: dict[str, Any], output: str | None, fmt: str | None, as_json
         shown = analysis
         nxt = str(analysis.get("next_command") or "")
         prog = invoked_as()
-        if nxt.startswith("hangdoctor ") and prog != "hangdoctor":
+        if "hangdoctor diagnose " in nxt and prog != "hangdoctor":
             # the command to run next, as this shell can run it (no activated venv needed)
-            shown = dict(analysis, next_command=prog + nxt[len("hangdoctor"):])
+            shown = dict(analysis, next_command=nxt.replace("hangdoctor diagnose ", prog + " diagnose "))
         text = render_terminal(shown, color=use_color, width=width).rstrip("\n")
         if written:
             text += f"\nreport: {written}"

@@ -343,25 +343,39 @@ def _weakened(ev: Evidence) -> list[str]:
     return out
 
 
+_HELPERS = ("resource_tracker", "semaphore_tracker", "forkserver")
+
+
+def _is_helper(cmdline: Any) -> bool:
+    text = " ".join(map(str, cmdline)) if isinstance(cmdline, list) else str(cmdline or "")
+    return any(h in text for h in _HELPERS)
+
+
 def _next_command(ev: Evidence, verdict: str, causes: list[dict[str, Any]] | None = None) -> str:
     hosts = [(s.get("host") or {}).get("name", "HOST") for s in ev.snapshots]
     host = hosts[0] if hosts and hosts[0] else "HOST"
-    roots = ev.roots
+    # multiprocessing's helpers (started by the server, often without its pid in a paste)
+    # are roots of their own, never the server to diagnose
+    roots = [r for r in ev.roots if not _is_helper(r.raw.get("cmdline"))] or ev.roots
     pid = f" --pid {roots[0].pid}" if roots else " --pid PID"
     if ev.origin != "live":
         return (f"hangdoctor diagnose {host if host not in ('pasted', '?') else 'HOST'}{pid} --window 10 "
                 "-o report.html   # live, on the host: adds timing, GPU samples and every worker's stack")
     if verdict == "healthy":
-        return (f"nothing to do now; if clients still hang, diagnose while a request hangs: "
-                f"hangdoctor diagnose {host}{pid} --window 10 -o report.html")
+        # a command first (the report shows it after a prompt), why in its comment
+        return (f"hangdoctor diagnose {host}{pid} --window 10 -o report.html   # nothing to do now; "
+                "if clients still hang, run this while a request hangs")
     if verdict in ("progressing", "inconclusive"):
         return f"hangdoctor diagnose {host}{pid} --window 30 -o report.html   # a longer window tells slow from stuck"
     # --- issue 17: the next command follows what was already collected (--native, a GPU).
     native_done = any(isinstance(e, dict) and e.get("native")
                       for s in ev.snapshots for e in (s.get("stacks") or {}).values())
     strong = bool(causes) and causes[0]["score"] >= 0.5
-    if not ev.has("log") and not strong:
-        return f"hangdoctor diagnose {host}{pid} --log /path/to/server.log -o report.html"
+    # a log that was found (and was empty) is not one to ask for again
+    log_found = any((s.get("log") or {}).get("path") for s in ev.snapshots if isinstance(s.get("log"), dict))
+    if not ev.has("log") and not strong and not log_found:
+        return (f"hangdoctor diagnose {host}{pid} --log /path/to/server.log -o report.html"
+                "   # the server's log: give its path")
     if not native_done:
         why = ("native frames show where CUDA/NCCL waits" if ev.gpus
                else "native frames show the C call each thread is blocked in")

@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from hangdoctor.cli.diagnosis import _run_diagnosis
+from hangdoctor.cli.diagnosis import _run_diagnosis, deadline_for_window, window_that_fits
 from hangdoctor.cli.nextcmd import runnable
 from hangdoctor.cli.options import (
     EXIT_CODES_HELP,
@@ -55,6 +55,22 @@ def _save_snapshots(path: str, results: list[Any], derived: bool = False) -> Non
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "choose a writable path") from None
 
 
+def _fit_window(kw: dict[str, Any]) -> None:
+    """A --window longer than the deadline leaves room for is not cut without a word: without
+    --deadline the deadline grows to hold it; with one, a warning says what will be measured."""
+    window, deadline = float(kw.get("window") or 0.0), float(kw.get("deadline") or 45.0)
+    if window <= 0 or window_that_fits(window, deadline) >= window:
+        return
+    need = deadline_for_window(window)
+    source = click.get_current_context().get_parameter_source("deadline")
+    if source in (None, click.core.ParameterSource.DEFAULT):
+        kw["deadline"] = need
+        return
+    _err(f"hangdoctor: warning: --window {window:g} does not fit in --deadline {deadline:g}: "
+         f"the window is cut to {window_that_fits(window, deadline):.1f} s "
+         f"(--deadline {need:g} or more keeps it whole)")
+
+
 @click.command("diagnose", epilog=EXIT_CODES_HELP)
 @click.argument("hosts", nargs=-1)
 @_diagnose_options
@@ -79,6 +95,7 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
     if snap_path:
         check_report_path(snap_path, "json", "--save-snapshot" if kw.get("save_snapshot") else
                           f"-o {kw.get('output')}: the snapshot saved next to it,")
+    _fit_window(kw)
     analysis, results, wall_s = _run_diagnosis(hosts, kw)
     analysis["wall_s"] = round(wall_s, 3)
     given = [int(p) for p in kw.get("pids") or () if str(p).isdigit()]

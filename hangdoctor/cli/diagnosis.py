@@ -77,6 +77,11 @@ def _preflight(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str
             if not os.path.exists(f"/proc/{pid}"):
                 raise UsageError(f"no process {pid} on {t.name}",
                                  "check the PID: ps -eo pid,cmd | grep -iE 'vllm|sglang|python'")
+            tgid = _thread_group(pid)
+            if tgid is not None and tgid != pid:
+                # /proc/TID answers for a thread too: its "process" would be one thread's view
+                raise UsageError(f"{pid} on {t.name} is a thread of process {tgid}, not a process",
+                                 f"give the process: --pid {tgid}")
         if opts.get("port") and not by_host.get(t.name):
             _refuse_port_nobody_listens(t.name, list(opts["port"]))
         log = opts.get("log")
@@ -88,6 +93,33 @@ def _preflight(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str
         if problem == "folder":
             raise UsageError(f"--log {log} is a folder on {t.name}, not a log file",
                              "give the server's log file in it")
+
+
+def _thread_group(pid: int) -> int | None:
+    """The process a task id belongs to (its Tgid), or None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def window_that_fits(window_s: float, deadline_s: float) -> float:
+    """The window the probe can keep under this deadline (see _collect: the probe gets the
+    deadline less a margin, and keeps 40 % of its own for the dumps around the window)."""
+    probe_s = max(2.0, deadline_s - min(3.0, max(1.0, 0.2 * deadline_s)))
+    return min(window_s, 0.6 * probe_s)
+
+
+def deadline_for_window(window_s: float) -> float:
+    """The shortest --deadline whose probe keeps the whole window."""
+    import math
+
+    short = window_s / 0.48  # below 15 s the margin is a fifth of the deadline
+    return float(math.ceil(short if short < 15 else window_s / 0.6 + 3.0))
 
 
 def _refuse_port_nobody_listens(host: str, ports: list[int]) -> None:
@@ -271,7 +303,9 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     warmer.start()
     progress = _Progress(", ".join(t.name for t in targets[:3]) + (" …" if len(targets) > 3 else ""),
                          float(kw.get("window") or 0.0),
-                         enabled=not kw.get("quiet") and _stream_is_tty(sys.stderr))
+                         # TERM=dumb: a terminal that cannot erase a line (Emacs' shell, CI logs)
+                         enabled=not kw.get("quiet") and _stream_is_tty(sys.stderr)
+                         and os.environ.get("TERM") != "dumb")
     with progress:
         results = _collect(targets, by_host, kw, probes_started)
     # The evidence is in: the warm-up is now on the critical path. At nice 19 on a busy host

@@ -90,6 +90,27 @@ def rank_confidence(causes: list[dict[str, Any]], ev: Evidence) -> None:
         c["confidence"] = level
 
 
+_STORAGE_RULES = ("rule:storage.", "rule:lock.network-fs", "rule:python.file-lock-wait", "rule:load.")
+_STORAGE_WORDS = ("file system", "/proc/locks", "uninterruptible sleep", "loading", "weights", "blocked for more than")
+
+
+def _experiment_facts(ev: Evidence, causes: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the evidence says about the things experiments toggle, so that an experiment is
+    proposed only where the evidence touches what it toggles (knowledge/experiments.json's
+    ``when``): more than one rank, a GPU, storage (a file system, a file lock, loading), a FIFO,
+    a compilation. Pasted evidence that cannot tell counts as touching (ranks, GPUs)."""
+    live = ev.origin == "live"
+    ranked = {r.rank for r in ev.ranks if r.rank is not None}
+    multi = len(ranked) > 1 or len(ev.workers) > 1 or not live
+    texts = [(e.get("text") or "", [str(x) for x in e.get("refs") or []], e.get("check"))
+             for c in causes if c["id"] in ("io-stall", "lock-contention") for e in c.get("evidence") or []]
+    fifo = any("FIFO" in text for text, _refs, _check in texts)
+    storage = any(any(r.startswith(_STORAGE_RULES) for r in refs) or check == "kernel.log"
+                  or any(w in text for w in _STORAGE_WORDS) for text, refs, check in texts)
+    return {"exp_multi_rank": multi, "exp_gpu": bool(ev.gpus) or not live, "exp_fifo": fifo,
+            "exp_storage": storage, "exp_compile": any(c["id"] == "compile-in-progress" for c in causes)}
+
+
 def choose_experiment(causes: list[dict[str, Any]], facts: dict[str, Any],
                       known: list[dict[str, Any]] | None = None,
                       engine: str | None = None) -> dict[str, Any] | None:
@@ -595,7 +616,8 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         # a healthy server has no hang to split: no toggle to try (seen: "lsof on the lock file"
         # proposed for an idle vLLM that answered)
         "next_experiment": None if verdict == "healthy" else choose_experiment(
-            causes, facts.get("env_facts") or {}, facts.get("known_issues"), engine=ev.engine.name),
+            causes, {**(facts.get("env_facts") or {}), **_experiment_facts(ev, causes)},
+            facts.get("known_issues"), engine=ev.engine.name),
         "environment": facts.get("environment") or {},
         "next_command": _next_command(ev, verdict, causes),
         "intrusion": intrusion,

@@ -178,7 +178,8 @@ def test_next_experiment_speaks_the_engines_flags() -> None:
     assert plain["next_experiment"]["id"] == "tp1", plain["next_experiment"]
     assert "--tensor-parallel-size" not in plain["next_experiment"]["toggle"]
     assert plain["next_experiment"]["toggle"].startswith("one GPU: world size 1")
-    vllm = analyze([json.loads((snaps / "vllm-engine-died.json").read_text())])
+    # a vLLM with two ranks (TP=2); vllm-engine-died has one, where world size 1 changes nothing
+    vllm = analyze([json.loads((snaps / "vllm-tp2-rank-stopped.json").read_text())])
     assert vllm["next_experiment"]["id"] == "tp1", vllm["next_experiment"]
     assert vllm["next_experiment"]["toggle"].startswith("--tensor-parallel-size 1")
 

@@ -3,7 +3,7 @@
 Only this package turns errors into messages and exit codes. stdout carries the requested
 output (``--json`` means pure JSON); the terminal summary, progress and errors go to stderr.
 Each command lives in its own ``cmd_<name>`` module; what several commands share lives in
-``options``, ``diagnosis``, ``documents`` and ``prekill``. Dependencies flow one way: this
+``options``, ``diagnosis``, ``documents``, ``nextcmd`` and ``prekill``. Dependencies flow one way: this
 module imports the command modules, they import the shared modules, never the reverse.
 
 Layer: cli; may import: the standard library, click, hangdoctor and hangdoctor.cli's modules.
@@ -41,6 +41,12 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             _err("hangdoctor: interrupted")
             ctx.exit(130)
+        except click.UsageError as exc:
+            # click's own form is three lines (usage, a hint, the error); ours is one, with
+            # where to look, as for every other error
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            _err(f"hangdoctor: {exc.format_message().rstrip('.')} (see: {where} --help)")
+            ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
         except BrokenPipeError:  # `hangdoctor checks | head`: the reader left, that is fine

@@ -76,11 +76,12 @@ def test_symptom_does_not_beat_a_mechanism() -> None:
 
 
 def test_known_issue_is_linked_in_the_analysis() -> None:
-    text = "NCCL version 2.18.3\nThread 7 (idle): \"t\"\n    commFree (init.cc:180)\n    ncclCommAbort (init.cc:1931)\n"
+    text = ("NCCL version 2.20.5+cuda12.4\nThread 7 (active): \"MainThread\"\n    sched_yield (libc.so.6)\n"
+            "    ncclLaunchKernelBefore_NoUncapturedCuda (enqueue.cc:968)\n    groupLaunch (group.cc:339)\n")
     a = analyze([analyze_inputs([("dump.txt", text)])])
     issues = a["known_issues"]
-    assert [k["id"] for k in issues] == ["nccl-992-multithread-abort"]
-    assert issues[0]["text"].startswith("this matches NCCL #992, fixed in NCCL 2.19.1; workaround:")
+    assert [k["id"] for k in issues] == ["nccl-1251-fifo-leak-cuda-graphs"]
+    assert issues[0]["text"].startswith("this matches NCCL #1251, fixed in NCCL 2.21; workaround:")
     assert a["causes"][0]["id"] == "driver-or-runtime-mismatch"
 
 

@@ -111,6 +111,12 @@ def _wait_of(thread: Any) -> str:
     return "collective" if kind.startswith("collective") else kind
 
 
+# a command line someone typed says what was run, not where a process stands
+_TYPED = re.compile(r"^\s*(?:[$#>%]\s+)?(?:sudo\s+)?(?:[\w./-]*/)?(?:hangdoctor|python3?|vllm|sglang|docker|"
+                    r"podman|kubectl|torchrun|deepspeed|mpirun|srun|pip3?|curl|export|cd|ls|cat|git|ssh|bash|sh|"
+                    r"text-generation-launcher|ollama|llama-server|trtllm-serve|nvidia-smi|py-spy|gdb)\b")
+
+
 def _evidence_lines(ev: Evidence) -> list[str]:
     """The lines a program printed: the log (live or pasted, prose already set apart) and the
     pasted evidence lines; never the poster's sentences."""
@@ -122,7 +128,7 @@ def _evidence_lines(ev: Evidence) -> list[str]:
         if not s.get("pasted_text"):
             lines.extend(x for x in (s.get("log") or {}).get("tail") or [] if isinstance(x, str))
         lines.extend(x for x in (s.get("kernel_log") or {}).get("lines") or [] if isinstance(x, str))
-    return lines[-20000:]
+    return [x for x in lines[-20000:] if not _TYPED.match(x)]
 
 
 def observe(ev: Evidence) -> Observations:

@@ -221,3 +221,16 @@ def test_a_log_pasted_newest_first_is_read_oldest_first() -> None:
     assert "newest-first order (read oldest first)" in said
     assert text.splitlines()[-1].endswith("line 50")
     assert "newest-first order (read oldest first)" not in unwrap("\n".join(lines[::-1]))[1]  # already oldest first
+
+
+def test_where_the_poster_says_it_stops_is_context_at_a_lower_weight() -> None:
+    text = ("Our server hangs while loading the weights from the NFS share, every time.\n"
+            "INFO 11-30 10:00:00 [api_server.py:100] vLLM API server version 0.11.0\n")
+    a = _analyse(text, "report.txt")
+    assert a["position"]["phase"] == "load"
+    top = a["causes"][0]
+    assert top["prior"] and "the poster says" in top["summary"] and top["score"] < 0.2
+    # a write-up (a document with headings) is never read for it
+    doc = ("# How hangs look\n\n## Loading\nA server that hangs while loading the weights looks idle.\n\n"
+           "## Serving\nA server stuck in the middle of a request keeps its health endpoint green.\n")
+    assert _analyse(doc, "notes.md")["causes"] == []

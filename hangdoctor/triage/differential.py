@@ -72,6 +72,25 @@ _ERRORS: list[tuple[str, re.Pattern[str]]] = [
                               r"ECONNREFUSED|No route to host|Name or service not known|ConnectionError")),
     ("exception", re.compile(r"^\s*Traceback \(most recent call last\)|(?:^|\s)\w+(?:Error|Exception)\b:")),
 ]
+# where a poster says it stops ("hangs after loading the weights", "stuck at 99 %% of the pull"):
+# context, used only when no program line names a phase, and at a lower weight
+_SAYS_STOPS = re.compile(r"\b(?:hang|hangs|hung|hanging|stuck|freez\w*|frozen|stops?|stopped|stall\w*|"
+                         r"block\w*|never (?:finish\w*|return\w*|complet\w*|start\w*))\b"
+                         r"(?P<where>[^.;!?]{0,100})", re.I)
+_PROSE_PHASE: list[tuple[str, re.Pattern[str]]] = [
+    ("shutdown", re.compile(r"\b(?:shut ?down|exit\w*|terminat\w*|destroy\w*|teardown|clean ?up)\b", re.I)),
+    ("graph-capture", re.compile(r"\bcaptur\w*|cuda ?graph", re.I)),
+    ("compile", re.compile(r"\bcompil\w*|\bjit\b|autotun\w*|\bbuild\w*", re.I)),
+    ("warmup", re.compile(r"\bwarm[ -]?up|profil\w*|kv cache", re.I)),
+    ("load", re.compile(r"\bload\w*|download\w*|\bpull\w*|weights?\b|checkpoint|safetensors", re.I)),
+    ("rendezvous", re.compile(r"rendezvous|barrier|init_process_group|process group|\bstore\b", re.I)),
+    ("comm-init", re.compile(r"\bnccl\b.*\binit|communicator|\bp2p\b", re.I)),
+    ("init", re.compile(r"\bstart\w*|\binit\w*|launch\w*|boot\w*", re.I)),
+    ("serving", re.compile(r"\brequests?\b|\bgenerat\w*|inference|decod\w*|prefill|serving|batch\w*|"
+                          r"\bprompts?\b|completion|\bchat\b|embedding", re.I)),
+]
+PROSE_FACTOR = 0.6  # what a person says of where it stops weighs less than where a program stopped
+
 # a thread in the import machinery is importing, whatever the innermost frame is
 _IMPORT_FRAMES = ("_find_and_load", "_load_unlocked", "_call_with_frames_removed", "exec_module")
 
@@ -98,6 +117,7 @@ class Observations:
     phase: str | None = None
     phase_line: str = ""
     errors: dict[str, str] = field(default_factory=dict)  # error class -> first line
+    phase_said: bool = False  # the phase is the poster's word, not a program line's
 
     @property
     def empty(self) -> bool:
@@ -169,7 +189,38 @@ def observe(ev: Evidence) -> Observations:
         obs.phase, obs.phase_line = _ENGINE_PHASE[phase], eline
     else:
         obs.phase, obs.phase_line = _phase_of_messages(lines) or generic
+    if obs.phase is None:
+        said = _phase_said(ev)
+        if said:
+            obs.phase, obs.phase_line = said
+            obs.phase_said = True
     return obs
+
+
+def _phase_said(ev: Evidence) -> tuple[str, str] | None:
+    """Where the poster says it stops, from their sentences (never a script): the first phase
+    word after 'hangs / stuck / stops at…'. A written document (a README, a write-up) describes
+    hangs in general, not this one: nothing is taken from it."""
+    for s in ev.snapshots:
+        for item in s.get("pasted_prose") or []:
+            if not isinstance(item, dict) or item.get("script"):
+                continue
+            said: list[tuple[str, str]] = []
+            for line in item.get("lines") or []:
+                if not isinstance(line, str):
+                    continue
+                m = _SAYS_STOPS.search(line)
+                if not m:
+                    continue
+                for name, rx in _PROSE_PHASE:
+                    if rx.search(m.group("where")):
+                        said.append((name, line.strip()[:200]))
+                        break
+            if not said:
+                continue
+            if not item.get("document"):
+                return said[0]
+    return None
 
 
 # the generated messages' phases in the differential's words
@@ -209,8 +260,13 @@ def prior_signals(obs: Observations) -> dict[str, list[dict[str, Any]]]:
             who = f"{len(pos.pids)} process(es)" if len(pos.pids) != 1 else f"pid {pos.pids[0]}"
             add(table, f"{who} wait in {w}" + (f" ({pos.frame})" if pos.frame else ""))
     if obs.phase and obs.phase in data["phase"]:
-        add(data["phase"][obs.phase], f"the evidence stops in the {obs.phase} phase"
-            + (f": {obs.phase_line}" if obs.phase_line else ""))
+        table = data["phase"][obs.phase]
+        if obs.phase_said:
+            table = {c: w * PROSE_FACTOR for c, w in table.items()}
+            add(table, f"the poster says it stops in the {obs.phase} phase: \"{obs.phase_line}\"")
+        else:
+            add(table, f"the evidence stops in the {obs.phase} phase"
+                + (f": {obs.phase_line}" if obs.phase_line else ""))
     for cls, line in obs.errors.items():
         table = data["error"].get(cls)
         if table:

@@ -234,3 +234,16 @@ def test_where_the_poster_says_it_stops_is_context_at_a_lower_weight() -> None:
     doc = ("# How hangs look\n\n## Loading\nA server that hangs while loading the weights looks idle.\n\n"
            "## Serving\nA server stuck in the middle of a request keeps its health endpoint green.\n")
     assert _analyse(doc, "notes.md")["causes"] == []
+
+
+def test_a_report_with_headings_is_read_for_where_it_stops_and_a_write_up_is_not() -> None:
+    from hangdoctor.parsers.prose import is_report
+
+    report = ("## What happened\n"
+              "We start two nodes with TP=2 and our boot freezes at NCCL communicator init on both.\n"
+              "## What we tried\n"
+              "I set NCCL_DEBUG=INFO and we see the channels set up, then nothing else is printed.\n")
+    assert is_report(report.splitlines())
+    a = _analyse(report, "issue.md")
+    assert a["position"]["phase"] == "comm-init", a["position"]
+    assert not is_report((REPO / "README.md").read_text().splitlines())

@@ -29,7 +29,7 @@ from hangdoctor.parsers.faulthandler import parse_faulthandler
 from hangdoctor.parsers.frames import PastedDump, rank_from_text, role_from_text
 from hangdoctor.parsers.gdb import parse_gdb
 from hangdoctor.parsers.nvidia_smi import parse_nvidia_smi_q, parse_nvidia_smi_table
-from hangdoctor.parsers.prose import is_document, split_context, split_prose
+from hangdoctor.parsers.prose import is_document, is_report, split_context, split_prose
 from hangdoctor.parsers.ps import parse_ps
 from hangdoctor.parsers.pyspy_json import parse_pyspy_json
 from hangdoctor.parsers.pyspy_text import parse_pyspy_text
@@ -573,7 +573,8 @@ def analyze_inputs(inputs: list[tuple[str, str]]) -> dict:
         kept, prose, scripts = split_context(kept, document)
         b.pasted_text.append({"source": source, "lines": kept})
         if prose:
-            b.pasted_prose.append({"source": source, "lines": prose, "document": document})
+            b.pasted_prose.append({"source": source, "lines": prose, "document": document,
+                                   "report": is_report(prose)})
         if scripts:  # a script the poster ran says what it would do, not where a process is
             b.pasted_prose.append({"source": source, "lines": scripts, "document": True, "script": True})
         # a poster who says nvidia-smi blocked reports what a command did: read in prose too

@@ -141,6 +141,20 @@ def _code_runs(lines: list[str]) -> set[int]:
     return out
 
 
+_FIRST_PERSON = re.compile(r"(?<![\w'])(?:I|we|We|our|Our|my|My|me|us|I'm|I've|we've|We've)(?![\w'])")
+
+
+def is_report(lines: list[str]) -> bool:
+    """Whether a written text is someone's report of their own incident ("we run…", "my
+    server…": ten first-person words in a thousand or more) rather than a write-up about hangs
+    in general (a README, a design note: almost none)."""
+    words = sum(len(_WORD.findall(x)) for x in lines)
+    if words < 20:
+        return False
+    first = sum(len(_FIRST_PERSON.findall(x)) for x in lines)
+    return first * 1000 >= 10 * words
+
+
 def split_prose(lines: list[str], document: bool | None = None) -> tuple[list[str], list[str]]:
     """``(evidence, prose)``, a pasted script counted with the prose (:func:`split_context`)."""
     evidence, prose, code = split_context(lines, document)

@@ -200,7 +200,8 @@ def observe(ev: Evidence) -> Observations:
 def _phase_said(ev: Evidence) -> tuple[str, str] | None:
     """Where the poster says it stops, from their sentences (never a script): the first phase
     word after 'hangs / stuck / stops at…'. A written document (a README, a write-up) describes
-    hangs in general, not this one: nothing is taken from it."""
+    hangs in general, not this one: nothing is taken from it, unless it reads as someone's report
+    of their own incident (parsers.prose.is_report)."""
     for s in ev.snapshots:
         for item in s.get("pasted_prose") or []:
             if not isinstance(item, dict) or item.get("script"):
@@ -218,7 +219,7 @@ def _phase_said(ev: Evidence) -> tuple[str, str] | None:
                         break
             if not said:
                 continue
-            if not item.get("document"):
+            if not item.get("document") or item.get("report"):
                 return said[0]
     return None
 

@@ -104,7 +104,7 @@ _CODE = re.compile(
     r"^\s*(?:def \w+\(|class \w+[(:]|import \w|from [\w.]+ import |return\b|if .+:\s*(?:#.*)?$|"
     r"elif .+:\s*$|else:\s*$|for .+ in .+:\s*$|while .+:\s*$|with .+:\s*$|try:\s*$|except\b.*:\s*$|"
     r"finally:\s*$|@[\w.]+|[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*(?:[-+*/]?=)\s*[^=]|"
-    r"[A-Za-z_][\w.]*\([^)]*\)?\s*$|print\(|assert\b|pass\s*$|raise \w|\)\s*$|\]\s*$|\}\s*$)"
+    r"[A-Za-z_][\w.]*\([^)]*\)?\s*$|print\(|assert\b|pass\s*$|raise \w|[)\]}]+[,:]?\s*$)"
 )
 _TRACEBACK_FILE = re.compile(r'^\s*File "[^"]+", line \d+')
 # what only source has: a keyword statement or an assignment with spaces (a printed record such
@@ -126,8 +126,10 @@ def _code_runs(lines: list[str]) -> set[int]:
         j = i
         code = 0
         strong = 0
+        base = len(lines[i]) - len(lines[i].lstrip(" \t"))
         while j < n and (_CODE.match(lines[j]) or not lines[j].strip() or lines[j].lstrip().startswith("#")
-                         or (lines[j].startswith((" ", "\t")) and not _OUTPUT.search(lines[j]))):
+                         or (len(lines[j]) - len(lines[j].lstrip(" \t")) > base
+                             and not _OUTPUT.search(lines[j]))):
             if _TRACEBACK_FILE.match(lines[j]):
                 code = -999
             if _CODE.match(lines[j]):

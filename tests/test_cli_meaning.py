@@ -124,3 +124,35 @@ def test_term_dumb_gets_no_progress_line(sleeper, tmp_path: Path, term: str) -> 
         assert b"\x1b[K" not in out and b"watching for" not in out, out
     else:  # the control: a terminal that can erase gets the progress line
         assert b"watching for" in out and b"\x1b[K" in out, out
+
+
+@pytest.mark.ssh
+def test_a_thread_id_over_ssh_is_not_a_process(tmp_path: Path) -> None:
+    """On a remote host the probe finds out: the same one line, after collection."""
+    from tests import sshd_fixture
+
+    why = sshd_fixture._sshd_unavailable()
+    if why:
+        pytest.skip(why)
+    work = tmp_path / "sshd"
+    work.mkdir()
+    sshd_proc, srv = sshd_fixture.start_sshd(work)
+    code = ("import threading, time\n"
+            "threading.Thread(target=time.sleep, args=(120,), daemon=True).start()\n"
+            "print('ready', flush=True); time.sleep(120)\n")  # fmt: skip
+    p = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        tid = next(int(t) for t in os.listdir(f"/proc/{p.pid}/task") if int(t) != p.pid)
+        proc = run_hangdoctor("diagnose", srv.alias, "--ssh-config", srv.ssh_config, "--pid", str(tid),
+                              "--window", "0.2", "-o", str(tmp_path / "r.html"))  # fmt: skip
+        assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+        assert (
+            f"hangdoctor: {tid} on {srv.alias} is a thread of process {p.pid}, not a process"
+            in proc.stderr
+        )
+        assert not (tmp_path / "r.html").exists()
+    finally:
+        p.kill()
+        p.wait()
+        sshd_fixture.stop_sshd(sshd_proc)

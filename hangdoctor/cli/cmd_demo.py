@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import click
 
-from hangdoctor.cli.diagnosis import _run_diagnosis
+from hangdoctor.cli.diagnosis import _run_diagnosis, deadline_for_window
 from hangdoctor.cli.options import _emit, _err, _terminal_options, check_report_path, invoked_as
 from hangdoctor.errors import HangdoctorError
 
@@ -38,7 +38,8 @@ def demo(output: str, window: float, workers: int, as_json: bool, wide: bool, co
             raise HangdoctorError(f"the demo server did not start: {exc}", "run the tests to see what is missing") from None
         # one line: what runs, as it can be run again (the worker pids are in the summary)
         _err(f"hangdoctor demo: running: {prog} diagnose localhost --pid {sc.launcher_pid} --log {sc.log} --window {window:g}")
-        kw = {"pids": [str(sc.launcher_pid)], "log": sc.log, "window": window, "deadline": 45.0}
+        kw = {"pids": [str(sc.launcher_pid)], "log": sc.log, "window": window,
+              "deadline": max(45.0, deadline_for_window(window))}  # the whole window, always
         analysis, _results, wall_s = _run_diagnosis(("localhost",), kw)
         analysis["wall_s"] = round(wall_s, 3)
         # the demo server is stopped below: the next command is for the user's own server

@@ -134,6 +134,15 @@ def _refuse_port_nobody_listens(host: str, ports: list[int]) -> None:
                          "check the port: ss -ltnp; or give --pid PID")
 
 
+def _refuse_thread_ids(results: list[Any]) -> None:
+    """A --pid that the probe found to be a thread of another process: refused as on localhost."""
+    for r in results:
+        given = ((r.snapshot or {}).get("targets") or {}).get("threads_given") or {}
+        for tid, tgid in given.items():
+            raise UsageError(f"{tid} on {r.name} is a thread of process {tgid}, not a process",
+                             f"give the process: --pid {tgid}")
+
+
 def _refuse_unheard_ports(results: list[Any]) -> None:
     """The probe found nothing listening on --port on a remote host: refused as on localhost."""
     for r in results:
@@ -318,6 +327,7 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     if not kw.get("take_what_there_is"):
         _refuse_missing_pids(results, by_host)
         _refuse_unheard_ports(results)
+        _refuse_thread_ids(results)
     if "error" in warm:
         raise warm["error"]
     checks = warm["checks"]

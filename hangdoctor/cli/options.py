@@ -36,8 +36,8 @@ EXIT_CODES_HELP = """\b
 Exit codes:
   0  healthy            3  hung              5  progressing (slow, not hung)
   6  dead               7  inconclusive      4  could not collect (host or source failed;
-  2  bad usage or input                         a partial report is still written)
-  1  internal error"""
+  2  bad usage or input                         a partial report is still written; nothing
+  1  internal error                             collected: the error line only)"""
 
 
 def _err(msg: str) -> None:

@@ -134,6 +134,14 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                              if unheard else "port %s: the listening process is not visible to "
                              "this user" % ", ".join(str(p) for p in cfg.ports))
     snap["targets"] = {"root_pids": roots, "discovered": discovered, "discovery": discovery}
+    # a thread id given as --pid answers under /proc as if it were a process: say whose thread
+    threads_given = {}  # type: Dict[str, int]
+    for pid in cfg.root_pids:
+        tgid = procfs.status_fields(pid, proc).get("Tgid", "")
+        if tgid.isdigit() and int(tgid) != pid:
+            threads_given[str(pid)] = int(tgid)
+    if threads_given:
+        snap["targets"]["threads_given"] = threads_given
     if discovered and cfg.ports and not by_port:
         snap["targets"]["ports_unmatched"] = {"ports": list(cfg.ports), "not_listening": unheard}
 

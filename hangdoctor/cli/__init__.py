@@ -23,6 +23,7 @@ from hangdoctor.cli import (
     cmd_checks,
     cmd_demo,
     cmd_diagnose,
+    cmd_probe,
     cmd_report,
     cmd_snapshot,
     cmd_watch,
@@ -75,7 +76,8 @@ def main() -> None:
 
 
 for _command in (cmd_diagnose.diagnose, cmd_analyze.analyze, cmd_report.report,
-                 cmd_checks.list_checks, cmd_demo.demo, cmd_snapshot.snapshot, cmd_watch.watch):
+                 cmd_checks.list_checks, cmd_demo.demo, cmd_snapshot.snapshot, cmd_watch.watch,
+                 cmd_probe.probe):
     main.add_command(_command)
 
 

@@ -117,14 +117,14 @@ def probe_main(target: str, health_path: str | None, pids: tuple[int, ...], log_
     verdict, new_state = progress_verdict.judge(
         look, state, after_s=after_s, warn_after_s=warn_after_s, slow_s=slow_s,
         use_connections=not no_connections)
-    if state_file is not None:
-        problem = write_state(state_file, new_state) or problem
+    write_problem = write_state(state_file, new_state) if state_file is not None else None
     verdict["state_file"] = state_file
-    verdict["problems"] = [problem] if problem else []
-    if problem and verdict["status"] == progress_verdict.OK:
-        # without a state file no progress can be measured across calls: say so
+    verdict["problems"] = [p for p in (problem, write_problem) if p]
+    if write_problem and verdict["status"] == progress_verdict.OK:
+        # without a state file no progress can be measured across calls: say so (a state
+        # file that could not be read was replaced: that call is a first look, nothing more)
         verdict.update(status=progress_verdict.UNKNOWN, exit_code=EXIT_UNKNOWN,
-                       summary=f"UNKNOWN {verdict['state']}: {problem}")
+                       summary=f"UNKNOWN {verdict['state']}: {write_problem}")
     if as_json:
         sys.stdout.write(json.dumps(verdict, sort_keys=True) + "\n")
     else:

@@ -136,6 +136,8 @@ def judge(
     connected = h is None or bool(h.get("connected"))
     bad_since = None if answered else (now if first or state.get("bad_since") is None else float(state["bad_since"]))
 
+    # with no counter and no log, nothing shows progress: a stall is at most a warning
+    visible = bool(counters) or bool(log.get("path"))
     dead_procs = [p for p in procs if not p.get("alive")]
     if not connected:
         name, why = "dead", "nothing answers on port %s (%s)" % (sample.get("port"), h.get("error"))
@@ -143,12 +145,12 @@ def judge(
         name, why = "dead", "process%s %s gone" % (
             "es" if len(dead_procs) > 1 else "", ", ".join(str(p["pid"]) for p in dead_procs[:4]))
     elif not answered:
-        gone_s = now - (bad_since or now)
+        gone_s = 0.0 if bad_since is None else now - bad_since
         name = "hung" if gone_s >= after_s else "not-answering"
         why = "%s, for %.0f s" % (_health_line(h), gone_s)
     elif h is not None and h["code"] >= 500:
         name, why = "unhealthy", _health_line(h)
-    elif pending and stalled_s >= after_s and not first:
+    elif pending and stalled_s >= after_s and not first and visible:
         name, why = "hung", "%s and no progress for %.0f s" % (", ".join(pending_from), stalled_s)
     elif pending and stalled_s >= warn_after_s and not first:
         name, why = "stalling", "%s and no progress for %.0f s" % (", ".join(pending_from), stalled_s)
@@ -161,8 +163,8 @@ def judge(
     else:
         name, why = "idle", "nothing pending"
     status = STATES[name]
-    if not counters and engine is None and not log.get("path") and pending:
-        why += " (no engine counters and no --log: progress is not visible)"
+    if pending and not visible:
+        why += " (no engine counters and no --log: progress is not visible, a stall stays a warning)"
 
     verdict = {
         "schema_version": SCHEMA_VERSION,

@@ -289,6 +289,11 @@ STATE_NAMES = ("idle", "progressing", "pending", "stalling", "slow", "not-answer
                "unhealthy", "dead", "unknown")
 
 
+def _number(value: float) -> str:
+    """Every digit kept (``%g`` would turn a Unix time into 1.8e+09)."""
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+
 def _label(value: object) -> str:
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -327,7 +332,7 @@ def render_metrics(target: str, health: Health, incidents: int, failing_s: float
         if not mine:
             continue
         out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
-        out += [f"{name}{{{labels}}} {value:g}" for _n, labels, value in mine]
+        out += [f"{name}{{{labels}}} {_number(value)}" for _n, labels, value in mine]
     return "\n".join(out) + "\n"
 
 

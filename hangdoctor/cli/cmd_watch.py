@@ -67,7 +67,6 @@ def watch_main(
     once: bool,
     verbose: bool,
     progress: bool = False,
-    log_path: str | None = None,
     no_connections: bool = False,
     textfile: str | None = None,
     metrics_listen: str | None = None,
@@ -146,7 +145,7 @@ def watch_main(
         prev = progress_state.get("state")
         offset = prev.get("log_offset") if prev else None
         look = liveness.sample(api_port, tcp_host, health_path, timeout_s,
-                               [int(p) for p in pid_list], log_path, offset)
+                               [int(p) for p in pid_list], kw.get("log"), offset)
         # after_s=0: any poll without progress while work waits fails; the tracker below
         # turns --after seconds of failing polls into the incident
         verdict, progress_state["state"] = progress_verdict.judge(
@@ -334,11 +333,9 @@ def watch_main(
 )
 @click.option("--once", is_flag=True, help="stop after the first incident is handled")
 @click.option("--progress", is_flag=True,
-              help="judge progress, not health alone: the engine's counters, client connections "
-                   "and the --pid processes (the API port is the first --port, else --url's)")
-@click.option("--log", "log_path", type=click.Path(dir_okay=False), default=None,
-              help="with --progress: the server's log; new lines other than health checks count "
-                   "as progress for a server without engine counters")
+              help="judge progress, not health alone: the engine's counters, client connections, "
+                   "the --pid processes and --log growth (for a server without engine counters); "
+                   "the API port is the first --port, else --url's")
 @click.option("--no-connections", is_flag=True,
               help="with --progress: do not count client connections as pending work")
 @click.option("--textfile", type=click.Path(dir_okay=False), default=None,

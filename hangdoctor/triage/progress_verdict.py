@@ -136,6 +136,8 @@ def judge(
     connected = h is None or bool(h.get("connected"))
     bad_since = None if answered else (now if first or state.get("bad_since") is None else float(state["bad_since"]))
 
+    # a look that saw progress is no stall, even with after_s 0 (watch's use)
+    stalled = pending and not moved and not first
     # with no counter and no log, nothing shows progress: a stall is at most a warning
     visible = bool(counters) or bool(log.get("path"))
     dead_procs = [p for p in procs if not p.get("alive")]
@@ -150,9 +152,9 @@ def judge(
         why = "%s, for %.0f s" % (_health_line(h), gone_s)
     elif h is not None and h["code"] >= 500:
         name, why = "unhealthy", _health_line(h)
-    elif pending and stalled_s >= after_s and not first and visible:
+    elif stalled and stalled_s >= after_s and visible:
         name, why = "hung", "%s and no progress for %.0f s" % (", ".join(pending_from), stalled_s)
-    elif pending and stalled_s >= warn_after_s and not first:
+    elif stalled and stalled_s >= warn_after_s:
         name, why = "stalling", "%s and no progress for %.0f s" % (", ".join(pending_from), stalled_s)
     elif h is not None and (h.get("latency_s") or 0.0) > slow_s:
         name, why = "slow", _health_line(h)

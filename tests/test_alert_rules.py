@@ -41,6 +41,8 @@ def _scalar(value: str) -> Any:
     if value.startswith("'"):
         assert value.endswith("'"), value
         return value[1:-1].replace("''", "'")
+    if value in ("{}", "[]"):
+        return {} if value == "{}" else []
     if value[0] in "{[|>&*!%@`":
         raise ValueError(f"not in the plain subset: {value!r}")
     if value.startswith("- ") or ": " in value or " #" in value:

@@ -88,6 +88,17 @@ def test_idle_is_ok(server: vllm_harness.VllmServer, tmp_path: Path) -> None:
         assert "vllm:iteration_tokens_total_count" in doc["metrics"]["counters"]  # one per step
 
 
+def test_liveness_manifest_command_on_vllm(server: vllm_harness.VllmServer, tmp_path: Path) -> None:
+    """docs/k8s/vllm-liveness-probe.yaml's probe, as written, on the real vLLM server."""
+    from test_k8s_shape import containers, manifests, pointed
+
+    live = {c["name"]: c for c in containers(manifests()["vllm-liveness-probe.yaml"])}["server"]
+    argv = pointed(live["livenessProbe"]["exec"]["command"], server.port, tmp_path)
+    for _ in range(2):
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+        assert proc.returncode == 0 and proc.stdout.startswith("OK idle"), (proc.stdout, proc.stderr)
+
+
 def test_healthy_under_load_never_fires(server: vllm_harness.VllmServer, tmp_path: Path) -> None:
     state, prom = tmp_path / "state.json", tmp_path / "hangdoctor.prom"
     watch = start_watch(server, tmp_path, "--interval", "1", "--after", "15", "--textfile", str(prom))

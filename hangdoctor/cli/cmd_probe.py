@@ -151,8 +151,9 @@ def probe_main(target: str, health_path: str | None, pids: tuple[int, ...], log_
               help="warning when work has been pending with no progress this long [default: --after / 2]")
 @click.option("--slow", "slow_s", type=click.FloatRange(0.001, 3600), default=1.0, show_default=True,
               help="warning when the health answer takes longer (seconds)")
-@click.option("--timeout", "timeout_s", type=click.FloatRange(0.05, 60), default=1.0, show_default=True,
-              help="budget for each HTTP exchange (seconds)")
+@click.option("--timeout", "timeout_s", type=click.FloatRange(0.05, 60), default=2.0, show_default=True,
+              help="budget for each HTTP exchange (seconds); no answer within it is "
+                   "not-answering, a warning until --after")
 @click.option("--state", "state_path", type=click.Path(dir_okay=False), default=None,
               help="state file kept between calls [default: $TMPDIR/hangdoctor-probe-UID-HOST-PORT.json]")
 @click.option("--no-state", is_flag=True, help="keep no state: one look, no progress across calls")

@@ -158,7 +158,7 @@ def sample(
     port: int,
     ip: str = "127.0.0.1",
     health_path: str = "/health",
-    timeout_s: float = 1.0,
+    timeout_s: float = 2.0,
     pids: Sequence[int] = (),
     log_path: Optional[str] = None,
     log_offset: Optional[int] = None,
@@ -170,8 +170,10 @@ def sample(
     t0 = time.monotonic()
     out = {"at": time.time(), "port": port, "host": host}  # type: Dict[str, Any]
     out["health"] = health(host, port, health_path, timeout_s) if health_path else None
-    refused = out["health"] is not None and not out["health"]["connected"]
-    if read_metrics and not refused:
+    # no answer to the health path (refused, or the time ran out): /metrics is served by the
+    # same server, most often the same event loop; do not wait a second time
+    unanswered = out["health"] is not None and out["health"]["code"] is None
+    if read_metrics and not unanswered:
         m = metrics.fetch(port, host, timeout_s)
         out["metrics"] = {k: m.get(k) for k in ("ok", "code", "values", "error", "latency_s")}
     else:

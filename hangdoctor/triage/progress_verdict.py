@@ -195,7 +195,8 @@ def judge(
         "version": STATE_VERSION,
         "target": target,
         "at": now,
-        "counters": counters,
+        # a look without counters (/metrics not read) keeps the last ones to compare with
+        "counters": counters or (state or {}).get("counters") or {},
         "clock_at": clock_at,
         "bad_since": bad_since,
         "log_offset": log.get("size"),

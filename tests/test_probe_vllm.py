@@ -108,8 +108,10 @@ def test_healthy_under_load_never_fires(server: vllm_harness.VllmServer, tmp_pat
             time.sleep(2.0)
             end = time.monotonic() + LOAD_S
             while time.monotonic() < end:
-                rc, doc = probe(server.port, state, "--after", "15")
-                seen.append((rc, doc["state"]))
+                # --slow/--timeout 5: a slow /health is a warning by design, and this machine's
+                # speed is no part of the test
+                rc, doc = probe(server.port, state, "--after", "15", "--slow", "5", "--timeout", "5")
+                seen.append((rc, doc["state"], doc["summary"]))
                 time.sleep(2.0)
             text = prom.read_text()
     finally:
@@ -117,8 +119,8 @@ def test_healthy_under_load_never_fires(server: vllm_harness.VllmServer, tmp_pat
     err = (tmp_path / "watch.err").read_text()
     assert not load.errors, load.errors
     assert load.done > 0
-    assert all(rc == 0 for rc, _ in seen), seen
-    assert "progressing" in {s for _, s in seen}, seen  # it saw the work, and the work moving
+    assert [x for x in seen if x[0] != 0] == [], seen
+    assert "progressing" in {x[1] for x in seen}, seen  # it saw the work, and the work moving
     assert rc_watch == 0, err
     assert not (tmp_path / "bundles").exists() or not list((tmp_path / "bundles").iterdir()), err
     assert "incident" not in err, err

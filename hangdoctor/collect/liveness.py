@@ -169,15 +169,24 @@ def sample(
     host = connect_host(ip)
     t0 = time.monotonic()
     out = {"at": time.time(), "port": port, "host": host}  # type: Dict[str, Any]
-    out["health"] = health(host, port, health_path, timeout_s) if health_path else None
-    # no answer to the health path (refused, or the time ran out): /metrics is served by the
-    # same server, most often the same event loop; do not wait a second time
-    unanswered = out["health"] is not None and out["health"]["code"] is None
-    if read_metrics and not unanswered:
+    # the two exchanges side by side: a busy server answers each late, and the caller (a
+    # kubelet's exec probe) waits for the slower one, not for their sum
+    got = {}  # type: Dict[str, Any]
+
+    def read_metrics_now() -> None:
         m = metrics.fetch(port, host, timeout_s)
-        out["metrics"] = {k: m.get(k) for k in ("ok", "code", "values", "error", "latency_s")}
-    else:
-        out["metrics"] = None
+        got["metrics"] = {k: m.get(k) for k in ("ok", "code", "values", "error", "latency_s")}
+
+    worker = None
+    if read_metrics:
+        import threading
+
+        worker = threading.Thread(target=read_metrics_now, name="hd-metrics", daemon=True)
+        worker.start()
+    out["health"] = health(host, port, health_path, timeout_s) if health_path else None
+    if worker is not None:
+        worker.join(timeout_s + 1.0)  # fetch() keeps its own budget; this is a backstop
+    out["metrics"] = got.get("metrics")
     out["connections"] = client_connections(port, proc_root)
     out["processes"] = processes(pids, proc_root) if pids else []
     out["log"] = log_growth(log_path, log_offset) if log_path else None

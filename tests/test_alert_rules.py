@@ -201,3 +201,15 @@ def test_reader_agrees_with_pyyaml_where_it_is_installed() -> None:
     for path in [RULES, *sorted((ROOT / "docs" / "k8s").glob("*.yaml"))]:
         text = path.read_text()
         assert load_yaml(text) == [d for d in yaml.safe_load_all(text) if d is not None], path
+
+
+def test_metrics_survive_a_hostile_process_name_and_keep_every_digit() -> None:
+    verdict = {"status": "ok", "state": "idle", "health": {"code": 200}, "work_pending": False,
+               "seconds_since_progress": 0.0,
+               "processes": [{"pid": 9, "name": 'x"} 1\nevil_metric 1\\', "alive": True, "cpu_s": 2.5}]}
+    text = watch_mod.render_metrics('t"\n', watch_mod.Health(True, "x", verdict), 3, 0.0, 1796147664.3208)
+    for line in text.splitlines():
+        assert line.startswith("# ") or re.match(r'^hangdoctor_[a-z_]+\{(?:[a-z]+="(?:[^"\\]|\\.)*",?)+\} \S+$', line), line
+    assert not any(line.startswith("evil_metric") for line in text.splitlines())
+    assert "hangdoctor_last_poll_timestamp_seconds{" in text and "} 1796147664.321\n" in text  # ms, not 1.8e+09
+    assert 'hangdoctor_incidents_total{target="t\\"\\n"} 3' in text

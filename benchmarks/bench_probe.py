@@ -108,8 +108,11 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
     text = table(rows)
     load1 = os.getloadavg()[0]
+    import hangdoctor  # the copy the probe's interpreter imports: an editable install pays a finder
+
+    install = "editable install" if Path(hangdoctor.__file__).resolve().is_relative_to(REPO) else "wheel install"
     head = (f"# hangdoctor probe: cost per call\n\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, "
-            f"{platform.node()}, {os.cpu_count()} CPUs, load average {load1:.1f} at the end; "
+            f"{platform.node()}, {os.cpu_count()} CPUs, load average {load1:.1f} at the end, {install}; "
             f"`python benchmarks/bench_probe.py {' '.join(sys.argv[1:])}`. Target: p95 < {TARGET_P95_S} s.\n\n")
     Path(args.out).write_text(head + text + "\n")
     print(text)

@@ -36,7 +36,7 @@ def start_watch(plain: Plain, tmp: Path, *extra: str) -> subprocess.Popen[bytes]
         return subprocess.Popen(
             [sys.executable, "-m", "hangdoctor", "watch", "localhost", "--progress",
              "--url", f"http://127.0.0.1:{plain.port}/health", "--pid", str(plain.proc.pid),
-             "--log", str(plain.log), "--out-dir", str(tmp / "bundles"), "--interval", "0.3",
+             "--log", str(plain.log), "--out-dir", str(tmp / "bundles"), "--interval", "0.5",
              "--textfile", str(tmp / "hd.prom"), "--window", "0.5", "--deadline", "20", *extra],
             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err)
 
@@ -83,12 +83,12 @@ def test_request_stuck_behind_green_health_fires_once(plain: Plain, tmp_path: Pa
 
 
 def test_idle_and_busy_never_fire_and_metrics_are_served(plain: Plain, tmp_path: Path) -> None:
-    proc = start_watch(plain, tmp_path, "--after", "1", "--metrics-listen", "127.0.0.1:0")
+    proc = start_watch(plain, tmp_path, "--after", "3", "--metrics-listen", "127.0.0.1:0")
     try:
         wait_for_log(tmp_path / "watch.err", "serving /metrics on")
         wait_for_log(tmp_path / "watch.err", "healthy (idle")
-        time.sleep(1.5)  # idle past --after
-        t = plain.get_in_thread("/stream?s=4")  # busy, and moving: log lines every 0.1 s
+        time.sleep(3.5)  # idle past --after
+        t = plain.get_in_thread("/stream?s=6")  # busy, and moving: log lines every 0.1 s
         wait_for_log(plain.log, "token")
         t.join(15)
         line = next(x for x in (tmp_path / "watch.err").read_text().splitlines() if "serving /metrics on" in x)

@@ -134,7 +134,8 @@ def watch_main(
     if progress and tcp_host not in ("127.0.0.1", "::1"):
         raise UsageError("--progress watches a server on this host (its connections and processes "
                          "are read from /proc)", "run watch on the server's host, or in its pod")
-    health_path = _url_path(urls[0]) if urls else ""
+    # without --url, /health is still asked (a 404 is an answer: the server is there)
+    health_path = _url_path(urls[0]) if urls else "/health"
     target = f"{tcp_host}:{api_port}"
     progress_state: dict[str, Any] = {}
 
@@ -144,12 +145,13 @@ def watch_main(
 
         prev = progress_state.get("state")
         offset = prev.get("log_offset") if prev else None
-        look = liveness.sample(api_port, tcp_host, health_path, timeout_s,
+        # at least 2 s: a short --interval must not make a busy server "not answering"
+        look = liveness.sample(api_port, tcp_host, health_path, max(2.0, timeout_s),
                                [int(p) for p in pid_list], kw.get("log"), offset)
         # after_s=0: any poll without progress while work waits fails; the tracker below
         # turns --after seconds of failing polls into the incident
         verdict, progress_state["state"] = progress_verdict.judge(
-            look, prev, after_s=0.0, warn_after_s=0.0, slow_s=timeout_s,
+            look, prev, after_s=0.0, warn_after_s=0.0, slow_s=max(2.0, timeout_s),
             use_connections=not no_connections)
         ok = verdict["status"] != progress_verdict.CRITICAL
         detail = verdict["summary"].split(": ", 1)[-1] if ok else verdict["summary"]

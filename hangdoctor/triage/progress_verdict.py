@@ -133,7 +133,10 @@ def judge(
     stalled_s = 0.0 if not pending else max(0.0, now - clock_at)
 
     answered = h is None or h.get("code") is not None
-    connected = h is None or bool(h.get("connected"))
+    if h is None:  # no health path asked: the /metrics exchange tells whether anything listens
+        connected = not str(m.get("error") or "").startswith("connect failed")
+    else:
+        connected = bool(h.get("connected"))
     bad_since = None if answered else (now if first or state.get("bad_since") is None else float(state["bad_since"]))
 
     # a look that saw progress is no stall, even with after_s 0 (watch's use)
@@ -142,7 +145,8 @@ def judge(
     visible = bool(counters) or bool(log.get("path"))
     dead_procs = [p for p in procs if not p.get("alive")]
     if not connected:
-        name, why = "dead", "nothing answers on port %s (%s)" % (sample.get("port"), h.get("error"))
+        name, why = "dead", "nothing answers on port %s (%s)" % (
+            sample.get("port"), (h or m).get("error"))
     elif dead_procs and procs:
         name, why = "dead", "process%s %s gone" % (
             "es" if len(dead_procs) > 1 else "", ", ".join(str(p["pid"]) for p in dead_procs[:4]))

@@ -117,7 +117,10 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
             if not derived:
                 raise
             _err(f"hangdoctor: warning: snapshot not saved: {exc.one_line()}")  # the report still is
+    failures = any(r.error for r in results) or _given_source_failed(results, kw)
+    # the exit code in the document too (diagnose.schema.json): a consumer of the JSON alone
+    # tells "could not collect" from a verdict
+    analysis["exit_code"] = _exit_code(analysis, failures)
     _emit(analysis, kw.get("output"), kw.get("fmt"), kw.get("as_json", False), kw.get("quiet", False), extra,
           wide=kw.get("wide", False), color=kw.get("color") or "auto")
-    failures = any(r.error for r in results) or _given_source_failed(results, kw)
-    sys.exit(_exit_code(analysis, failures))
+    sys.exit(analysis["exit_code"])

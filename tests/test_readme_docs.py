@@ -13,7 +13,6 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 # pages written alongside this one and merged with it; once they are in the tree they are checked
 # like every other link (remove a name here when its page lands)
 PENDING = {
-    "docs/watchdog.md",
     "docs/live-verdict.md",
     "docs/security.md",
     "docs/knowledge-generation.md",

@@ -109,5 +109,23 @@ def test_a_checkout_of_this_repository(tmp_path: Path) -> None:
     doc = json.loads(proc.stdout)
     sources = json.dumps(doc.get("hosts") or doc.get("collection") or "")
     assert "/.git/" not in sources and "site-packages" not in sources
+    # its tests, samples, docs and package data are the project's own material: no cause
+    assert doc["causes"] == [], [c["id"] for c in doc["causes"]]
     print(f"analyze . of the checkout: {wall_s:.2f} s, {summary}", file=sys.stderr)
     assert os.path.isdir(REPO_ROOT / "tests")
+
+
+def test_a_ticket_folder_keeps_folders_a_checkout_would_skip(tmp_path: Path) -> None:
+    """Only a project's root (pyproject.toml, setup.py, .git, ...) has its tests and samples
+    left out; a folder of evidence with a samples/ subfolder is read whole."""
+    (tmp_path / "samples").mkdir()
+    (tmp_path / "samples" / "rank1.log").write_text(
+        "[rank1]:[E ProcessGroupNCCL.cpp:632] [Rank 1] Watchdog caught collective operation timeout: "
+        "WorkNCCL(SeqNum=88210, OpType=ALLGATHER, NumelIn=8, NumelOut=64, Timeout(ms)=600000)\n")
+    proc = subprocess.run([sys.executable, "-m", "hangdoctor", "analyze", str(tmp_path), "--json", "-q"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert json.loads(proc.stdout)["causes"], proc.stderr[-1000:]
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
+    proc = subprocess.run([sys.executable, "-m", "hangdoctor", "analyze", str(tmp_path), "--json", "-q"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert "samples" in proc.stderr

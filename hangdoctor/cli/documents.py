@@ -123,13 +123,27 @@ def _is_bundle_archive(path: str) -> bool:
         return False
 
 
+# In a source checkout (a project's root: pyproject.toml, setup.py, package.json, Cargo.toml or
+# .git), its tests, fixtures, samples, docs and benchmarks are the project's own material, and a
+# folder that is a Python package holds code and its data: none of it is evidence of a hang.
+CHECKOUT_MARKS = ("pyproject.toml", "setup.py", "setup.cfg", "package.json", "Cargo.toml", ".git")
+CHECKOUT_DIRS = frozenset({"tests", "test", "testing", "fixtures", "samples", "examples", "docs",
+                           "benchmarks", "tools", "scripts", "templates"})
+
+
+def _is_checkout(folder: str) -> bool:
+    return any(os.path.exists(os.path.join(folder, m)) for m in CHECKOUT_MARKS)
+
+
 def _walk_folder(folder: str) -> Walked:
     walked = Walked()
+    checkout = _is_checkout(folder)
     for d, subdirs, names in os.walk(folder):
         keep = []
         for s in sorted(subdirs):
             full = os.path.join(d, s)
-            if s.startswith(".") or _is_env_dir(full, s):
+            if s.startswith(".") or _is_env_dir(full, s) or (checkout and (
+                    s in CHECKOUT_DIRS or os.path.isfile(os.path.join(full, "__init__.py")))):
                 walked.skipped_dirs.append(s)
             else:
                 keep.append(s)

@@ -234,6 +234,12 @@ def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
     inner = next((f for f in frames if not f.native), frames[0])
     if _SYNC_PY.match(inner.bare) and "torch" in inner.file:
         return "cuda-sync", inner.short
+    # a lock taken inside a queue's get / put (multiprocessing.Queue's reader lock while another
+    # consumer holds it) is the queue's wait, not lock contention
+    for f in frames[:5]:
+        if not f.native and f.bare in ("get", "put", "get_nowait", "put_nowait") and \
+                f.file.endswith(("multiprocessing/queues.py", "queue.py")):
+            return "ipc-wait", f.short
     # the libraries' own wait points (knowledge/generated/wait_points.json, read out of their
     # source): the innermost frame that is one names the wait
     found = _generated_wait(frames)

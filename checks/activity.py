@@ -15,8 +15,11 @@ from hangdoctor.engines import spec as eb
 from hangdoctor.evidence.model import MIB, Evidence
 from hangdoctor.evidence.stacks import pick_main
 
+from . import _window
+
 # Access-log lines of the requests a probe sends (ours, a load balancer's health checks): the
 # log grows by them while the engine is stuck, so they are no sign of progress.
+_IO_RATE = 256 * 1024  # bytes per second through read()/write() that count as progress
 _PROBE_LINE = re.compile(r'"(GET|HEAD) /(health|metrics|v1/models|ping|ready|live)?[^ "]* HTTP/[\d.]+"')
 
 
@@ -38,6 +41,16 @@ def _only_probe_lines(log: dict, engine: Any = None) -> bool:
         _PROBE_LINE.search(x) or periodic(x) for x in new if x.strip())
 
 
+def _exchanges(p: Any) -> bool:
+    """Bytes read and written between every two samples of the window (ranks trading small
+    messages over a pipe or a socket): a deadlocked process reads and writes nothing, and our
+    own probes fall at the window's edges, not in every part of it."""
+    ws = [x for x in p.window_samples or [] if isinstance(x, dict) and "rchar" in x]
+    if len(ws) < 4:
+        return False
+    return all(b["rchar"] > a["rchar"] and b["wchar"] > a["wchar"] for a, b in zip(ws, ws[1:]))
+
+
 def _answering_probes(ev: Evidence, host: str, pid: int, ps: Any) -> bool:
     """An engine's API server whose main thread (the event loop) did not move: its other
     threads moved answering requests, ours among them (the /metrics GET at the window's end
@@ -51,7 +64,7 @@ def _answering_probes(ev: Evidence, host: str, pid: int, ps: Any) -> bool:
 
 
 @check("activity.window", "Movement over the sampling window", needs=["timing", "processes"],
-       causes=["compile-in-progress", "post-load-deadlock", "request-deadlock"])
+       causes=["compile-in-progress", "post-load-deadlock", "request-deadlock", "cpu-livelock", "nccl-desync"])
 def activity(ev: Evidence):
     """Compares the start and the end of the window: CPU time of each process, whether its
     stacks changed, bytes read, log growth, compiler children (nvcc, ptxas, cicc, inductor
@@ -82,6 +95,14 @@ def activity(ev: Evidence):
                 moving.append(f"{p.label} used {cpu:.2f} s CPU")
         if (p.read_bytes_delta or 0) > 16 * MIB:
             moving.append(f"{p.label} read {p.read_bytes_delta / MIB:.0f} MiB")
+        elif _exchanges(p):
+            moving.append(f"{p.label} read and wrote bytes in every part of the window "
+                          f"({p.rchar_delta or 0} B in, {p.wchar_delta or 0} B out)")
+        elif (p.rchar_delta or 0) + (p.wchar_delta or 0) >= _IO_RATE * w:
+            # bytes through read()/write(): the page cache, pipes, sockets (read_bytes counts
+            # only what came from the disk: a loader reading cached weights shows 0 there)
+            moving.append(f"{p.label} read {(p.rchar_delta or 0) / MIB:.1f} MiB and wrote "
+                          f"{(p.wchar_delta or 0) / MIB:.1f} MiB")
     moved_stacks = [pid for (h, pid), ps in ev.stacks.items()
                     if ps.ok and ps.moved and not _answering_probes(ev, h, pid, ps)]
     if moved_stacks:
@@ -98,7 +119,32 @@ def activity(ev: Evidence):
             still.append("log +0 B" + (f" (last write {log.get('age_s'):.0f} s ago)" if log.get("age_s") is not None else ""))
         if any(ps.ok and ps.moved is False for ps in ev.stacks.values()):
             still.append("stacks unchanged")
-    facts = {"moving": moving, "still": still}
+    # a rank seen in a collective in one sample and elsewhere in another: its collectives
+    # complete (one sample that catches one rank inside and its peer computing is no desync)
+    through = sorted(pid for (_h, pid), ps in ev.stacks.items() if ps.ok and ps.moved and any(
+        t.wait_kind.startswith("collective") for sample in ps.samples for t in sample))
+    if through:
+        signals.append(against("nccl-desync", 0.6, f"pid {', '.join(map(str, through))} went in and out "
+                               f"of collectives across the window's {max(len(ps.samples) for ps in ev.stacks.values())} samples"))
+    spins = _window.spinning(ev)
+    for sp in spins:
+        signals.append(support(
+            "cpu-livelock", 0.6,
+            f"{sp['label']} thread {sp['thread']} used {sp['cpu_s']:.2f} s CPU on one line in all "
+            f"{sp['samples']} samples: {sp['frame']} (a spin on a condition that never comes, or "
+            "one very long call; `py-spy top --pid PID` tells them apart)",
+            [f"pid:{sp['pid']}"]))
+    pending = _window.pending(ev)
+    is_idle, waits = (None, []) if (moving or pending or spins) else _window.idle(ev)
+    stuck, _answered, _src = ev.engine.connections()
+    if stuck and ev.engine.model is None and not moving:
+        signals.append(support(
+            "request-deadlock", 0.6,
+            f"{len(stuck)} client connection(s) sent a request and got no byte back over the whole "
+            f"window ({', '.join(str(c.get('peer')) for c in stuck[:3])}) while nothing moved"))
+    facts = {"moving": moving, "still": still, "pending": pending, "idle": is_idle,
+             "idle_waits": waits, "spinning": [f"{sp['label']} at {sp['frame']}" for sp in spins],
+             "log_age_s": log.get("age_s") if log else None}
     if compilers:
         names = ", ".join(f"{p.name} (pid {p.pid}, {p.cpu_delta_s:.2f} s CPU)" for p in compilers[:4])
         signals.append(support("compile-in-progress", 0.6, f"compiler processes burn CPU: {names}",
@@ -108,4 +154,7 @@ def activity(ev: Evidence):
         signals.append(against("request-deadlock", 0.5, "something moves: " + "; ".join(moving[:3])))
         return fired("moving: " + "; ".join(moving[:3]), *signals, facts=facts)
     signals.append(against("compile-in-progress", 0.7, f"nothing moved over {w:.1f} s: no compile is progressing"))
+    lead = next((x for x in signals if x.cause in ("cpu-livelock", "request-deadlock") and x.weight > 0), None)
+    if lead is not None:
+        return fired(lead.text, *signals, facts=facts)
     return cleared(f"nothing moved over {w:.1f} s: " + "; ".join(still), *signals, facts=facts)

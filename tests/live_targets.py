@@ -89,7 +89,10 @@ if __name__ == "__main__":
     ready(workers=[w.pid for w in ws], port=srv.getsockname()[1])
     while True:
         conn, _ = srv.accept()
-        q.put(conn.recv(100)); conn.close()
+        msg = conn.recv(100)
+        if msg.startswith(b"JOB "):  # anything else (a port scanner, an HTTP probe) is no job
+            q.put(msg)
+        conn.close()
 """
 
 # A worker that does its work every 3 s and logs it.

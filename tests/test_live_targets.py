@@ -254,7 +254,7 @@ def test_livelock_thread_spinning_on_a_flag(targets, tmp_path) -> None:
     t = targets("livelock", "livelock")
 
     def names_frame(a: dict[str, Any]) -> None:
-        assert "spin" in json.dumps(a["causes"][0]["evidence"]), a["causes"][0]
+        assert "spin (" in json.dumps(a["causes"][0]["evidence"]), a["causes"][0]
     _expect("livelock", "hung (thread spinning on a flag)", t.pid, tmp_path, {"hung"}, "cpu-livelock",
             also=names_frame)
 
@@ -311,8 +311,9 @@ def test_stopped_rank_is_named(targets, tmp_path) -> None:
     os.kill(stopped, signal.SIGSTOP)
     try:
         def named(a: dict[str, Any]) -> None:
-            assert str(stopped) in a["verdict_reason"] or str(stopped) in json.dumps(a["causes"][:1])
+            assert f"pid {stopped}" in a["verdict_reason"] and "cannot run" in a["verdict_reason"]
+        # the stopped one is named in the verdict; no cause of this list says "stopped"
         _expect("stopped-rank", "hung (rank 1 stopped, rank 0 waits in recv)", t.pid, tmp_path, {"hung"},
-                "rank-died", also=named)
+                None, also=named)
     finally:
         os.kill(stopped, signal.SIGCONT)

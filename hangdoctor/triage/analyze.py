@@ -189,6 +189,12 @@ def decide_verdict(ev: Evidence, facts: dict[str, Any], causes: list[dict[str, A
     if by_engine is not None:
         return by_engine
     # --- end engine progress
+    if ev.has_timing:
+        from hangdoctor.triage.live_verdict import live_verdict
+
+        by_window = live_verdict(facts, ev.window_s or 0.0)
+        if by_window is not None:
+            return by_window
     strong_hang = top is not None and top["score"] >= 0.5 and CAUSES.get(top["id"], None) is not None and CAUSES[top["id"]].hang
     if facts.get("answering") and not (strong_hang and top["id"] in ("frontend-hang", "request-deadlock", "nccl-desync", "rank-died", "gpu-fault")):
         return "healthy", facts.get("answering_reason") or "the server answers its health endpoint"
@@ -470,6 +476,19 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
     ruled_out.sort(key=lambda r: r["id"])
 
     verdict, reason = decide_verdict(ev, facts, causes)
+    if verdict == "healthy" and facts.get("idle") and causes:
+        # idle lists no causes: what spoke for one is kept among the ruled-out, with why
+        for c in causes:
+            ruled_out.append({"id": c["id"], "title": c["title"],
+                              "by": [f"idle: {reason}", "it spoke: " + c["summary"]]})
+        causes = []
+    elif verdict == "progressing" and facts.get("moving"):
+        # measured progress: a weak hang cause is noise beside it (kept among the ruled-out)
+        weak = [c for c in causes if c["score"] < 0.5 and (CAUSES.get(c["id"]) is None or CAUSES[c["id"]].hang)]
+        for c in weak:
+            ruled_out.append({"id": c["id"], "title": c["title"],
+                              "by": ["something moves: " + "; ".join(facts["moving"][:2]), "it spoke: " + c["summary"]]})
+        causes = [c for c in causes if c not in weak]
     stopped = facts.get("stopped") or []
     if stopped and verdict in ("hung", "inconclusive"):
         reason += (f"; {len(stopped)} process(es) are stopped (state T: SIGSTOP, Ctrl-Z or a debugger): "

@@ -561,9 +561,12 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         })
 
     n_dumped = sum(1 for ps in ev.stacks.values() if ps.ok)
+    most = max((len(ps.samples) for ps in ev.stacks.values() if ps.ok), default=0)
+    dumps = ("one dump" if most <= 1 else "two dumps, at the start and the end of the window" if most == 2
+             else f"{most} dumps: the window's start, its end and {most - 2} in between")
     intrusion = ("read-only: /proc reads, NVML queries and an HTTP GET of the server's own port; "
                  f"py-spy paused each of {n_dumped} Python process(es) for a few milliseconds per dump "
-                 "(two dumps, at the start and the end of the window); no signal was sent") if n_dumped else \
+                 f"({dumps}); no signal was sent") if n_dumped else \
         "read-only: /proc reads, NVML queries and an HTTP GET of the server's own port; no process was paused"
     if ev.origin == "pasted":
         intrusion = "none: analysis of pasted evidence"

@@ -349,3 +349,27 @@ def test_container_small_shm_without_shm_users_is_no_cause(in_container, docker_
             assert _first(a) == "post-load-deadlock", (target, [(c["id"], c["score"]) for c in a["causes"]])
             shm = next(c for c in a["checks"] if c["id"] == "container.shm")
             assert shm["verdict"] == "cleared" and "64 MiB" in shm["summary"], shm
+
+
+def test_container_without_a_known_engine_is_its_main_process_tree(docker_engine, tmp_path) -> None:
+    """docker:NAME of a container whose server is no known engine: its main process (pid 1)
+    and its tree are diagnosed, not "nothing found"."""
+    work = tmp_path / "ctr"
+    work.mkdir()
+    work.chmod(0o777)
+    script = work / "http_server.py"
+    script.write_text(lt._PRE + lt.SCRIPTS["http_server"])
+    name = docker_engine.run(["/usr/bin/python3", str(script), str(work / "ready"), "600",
+                              str(work / "server.log")], workdir=str(work))
+    deadline = time.monotonic() + 60
+    while not (work / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (work / "ready").exists(), docker_engine.docker("logs", name, check=False).stderr
+    proc = subprocess.run([sys.executable, "-m", "hangdoctor", "diagnose", f"docker:{name}", "--json"],
+                          capture_output=True, text=True, timeout=CLI_TIMEOUT_S, env=docker_engine.env)
+    assert proc.stdout.strip(), proc.stderr
+    a = json.loads(proc.stdout)
+    _record("container-plain-http", "healthy (plain HTTP server as a container's pid 1)", a)
+    assert "no inference-server processes found" not in proc.stderr, proc.stderr
+    assert a["verdict"] == "healthy" and _first(a) is None, (a["verdict_reason"], a["causes"][:2])
+    assert a["hosts"][0]["root_pids"] == [1], a["hosts"]

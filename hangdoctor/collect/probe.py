@@ -106,6 +106,11 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     by_port = locks.listeners(cfg.ports, proc, own) if discovered and cfg.ports else {}
     if discovered:
         discovery = discover(proc, own)
+        if not discovery and snap["host"].get("in_container") and 1 not in own and procfs.stat(1, proc):
+            # in a container (docker:NAME, k8s:) with no known server: its main process is
+            # the obvious target, and its tree is what the user asked about
+            discovery = [{"pid": 1, "kind": "the container's main process",
+                          "cmdline": " ".join(procfs.cmdline(1, proc) or [])[:300]}]
         roots = [d["pid"] for d in discovery]
         man.add("discovery", "ok", time.monotonic() - t0,
                 "%d inference-server process tree(s) found" % len(roots) if roots

@@ -192,7 +192,7 @@ def decide_verdict(ev: Evidence, facts: dict[str, Any], causes: list[dict[str, A
     if ev.has_timing:
         from hangdoctor.triage.live_verdict import live_verdict
 
-        by_window = live_verdict(facts, ev.window_s or 0.0)
+        by_window = live_verdict(facts, ev.window_s or 0.0, causes)
         if by_window is not None:
             return by_window
     strong_hang = top is not None and top["score"] >= 0.5 and CAUSES.get(top["id"], None) is not None and CAUSES[top["id"]].hang
@@ -476,11 +476,12 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
     ruled_out.sort(key=lambda r: r["id"])
 
     verdict, reason = decide_verdict(ev, facts, causes)
-    if verdict == "healthy" and facts.get("idle") and causes:
-        # idle lists no causes: what spoke for one is kept among the ruled-out, with why
+    if verdict == "healthy" and causes:
+        # a healthy (or idle) server lists no causes: what spoke for one is kept among the
+        # ruled-out, with what it said (a risk stays visible, it does not lead)
         for c in causes:
             ruled_out.append({"id": c["id"], "title": c["title"],
-                              "by": [f"idle: {reason}", "it spoke: " + c["summary"]]})
+                              "by": [f"healthy: {reason}", "it spoke: " + c["summary"]]})
         causes = []
     elif verdict == "progressing" and facts.get("moving"):
         # measured progress: a weak hang cause is noise beside it (kept among the ruled-out)

@@ -25,7 +25,13 @@ from typing import Any
 RECENT_LOG_S = 30.0
 
 
-def live_verdict(facts: dict[str, Any], window_s: float) -> tuple[str, str] | None:
+# Causes whose evidence is a fact about the job (a rank gone, ranks in different collectives,
+# a GPU fault), not a reading of waits: with one of them strong, waiting threads are no idle.
+_NOT_IDLE = ("rank-died", "nccl-desync", "gpu-fault", "gpu-kernel-spin")
+
+
+def live_verdict(facts: dict[str, Any], window_s: float,
+                 causes: list[dict[str, Any]] | None = None) -> tuple[str, str] | None:
     """(verdict, one-line reason), or None to let the general rules decide."""
     if facts.get("moving"):
         return None
@@ -38,6 +44,8 @@ def live_verdict(facts: dict[str, Any], window_s: float) -> tuple[str, str] | No
         answering = " (/health answers, which proves only that the server is alive)" if facts.get("answering") else ""
         return "hung", f"work pending and nothing moved over {window_s:.1f} s: " + "; ".join(pending[:3]) + answering
     kind = facts.get("idle")
+    if any(c["id"] in _NOT_IDLE and c["score"] >= 0.5 for c in causes or []):
+        return None
     waits = "; ".join((facts.get("idle_waits") or [])[:3])
     if kind == "input":
         return "healthy", f"idle: nothing pending, every thread waits for input ({waits})"

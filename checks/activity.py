@@ -41,12 +41,22 @@ def _only_probe_lines(log: dict, engine: Any = None) -> bool:
         _PROBE_LINE.search(x) or periodic(x) for x in new if x.strip())
 
 
+def _active_throughout(ps: Any) -> bool:
+    """True when some thread was on the CPU in every sample (a spin is; a loop that sleeps
+    between bursts of work is caught asleep)."""
+    tids = None
+    for sample in ps.samples:
+        active = {t.tid for t in sample if t.active}
+        tids = active if tids is None else tids & active
+    return bool(tids)
+
+
 def _exchanges(p: Any) -> bool:
     """Bytes read and written between every two samples of the window (ranks trading small
     messages over a pipe or a socket): a deadlocked process reads and writes nothing, and our
     own probes fall at the window's edges, not in every part of it."""
     ws = [x for x in p.window_samples or [] if isinstance(x, dict) and "rchar" in x]
-    if len(ws) < 4:
+    if len(ws) < 3:
         return False
     return all(b["rchar"] > a["rchar"] and b["wchar"] > a["wchar"] for a, b in zip(ws, ws[1:]))
 
@@ -93,6 +103,12 @@ def activity(ev: Evidence):
         if cpu >= 0.2 * w and not spin:
             if ps is None or not ps.ok or ps.moved is not False:
                 moving.append(f"{p.label} used {cpu:.2f} s CPU")
+            elif len(ps.samples) < 3 or not _active_throughout(ps):
+                # samples on one line are chance, not a spin, with two of them (the points in
+                # between were skipped: a slow dump), or when no thread was on the CPU in every
+                # one: the CPU was burnt between the samples, elsewhere (a loop that sleeps)
+                moving.append(f"{p.label} used {cpu:.2f} s CPU ({len(ps.samples)} samples on one line, "
+                              "none of them spinning)")
         if (p.read_bytes_delta or 0) > 16 * MIB:
             moving.append(f"{p.label} read {p.read_bytes_delta / MIB:.0f} MiB")
         elif _exchanges(p):

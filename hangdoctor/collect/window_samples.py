@@ -52,14 +52,13 @@ def take(cfg: Any, pool: Any, pyspy_bin: Optional[str], readers: List[Any], py_t
     if window_s <= 0:
         return points
     n = 1 if len(py_targets) > MANY else MAX_POINTS
-    span = until - t_start
-    if span < 0.3 * window_s:  # little room left before the last round: no point in between
-        return points
     for k in range(1, n + 1):
-        at = t_start + span * k / (n + 1)
-        time.sleep(max(0.0, at - time.monotonic()))
-        if time.monotonic() >= until:
+        # evenly across the window; a point at or after the last round's start is left out
+        # (the last round starts early when dumps are slow: up to half the window early)
+        at = t_start + window_s * k / (n + 1)
+        if at >= until:
             break
+        time.sleep(max(0.0, at - time.monotonic()))
         point = {"t": round(time.monotonic() - t_start, 3), "dumps": {}}  # type: Dict[str, Any]
         for r in readers:
             c = counters(r.pid, cfg.proc_root)

@@ -20,7 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from hangdoctor.evidence.model import Evidence, Proc
-from hangdoctor.evidence.stacks import ProcStack, ThreadStack
+from hangdoctor.evidence.stacks import ProcStack, ThreadStack, frames_signature
 
 # Kernel wait channels (/proc/PID/task/TID/wchan) of a thread parked on outside input or a
 # timer. Names vary across kernels (futex_wait_queue_me, futex_do_wait): matched by prefix.
@@ -139,6 +139,16 @@ def idle(ev: Evidence) -> tuple[str | None, list[str]]:
     return None, said
 
 
+def _one_loop(seen: list[ThreadStack]) -> bool:
+    """The same stack in every sample, the innermost line allowed to move within three lines
+    of one function (``while not flag: pass`` is caught on either of its lines)."""
+    if len({frames_signature(t.frames[1:]) for t in seen}) != 1:
+        return False
+    inner = {(t.frames[0].name, t.frames[0].file) if t.frames else None for t in seen}
+    lines = [t.frames[0].line or 0 for t in seen if t.frames]
+    return len(inner) == 1 and (max(lines) - min(lines) <= 3 if lines else True)
+
+
 def spinning(ev: Evidence) -> list[dict[str, Any]]:
     """Threads at high CPU on one stack in every sample (three or more samples)."""
     w = ev.window_s or 0.0
@@ -157,7 +167,7 @@ def spinning(ev: Evidence) -> list[dict[str, Any]]:
         for tid, seen in by_tid.items():
             if len(seen) < len(ps.samples) or cpu.get(tid, 0.0) < 0.15 * w:
                 continue
-            if len({t.signature for t in seen}) != 1 or not all(t.active for t in seen):
+            if not _one_loop(seen) or not all(t.active for t in seen):
                 continue
             if seen[0].wait_kind not in ("running", "unknown"):
                 continue  # a CUDA synchronize spin or a collective: other checks read those

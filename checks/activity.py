@@ -41,6 +41,30 @@ def _only_probe_lines(log: dict, engine: Any = None) -> bool:
         _PROBE_LINE.search(x) or periodic(x) for x in new if x.strip())
 
 
+# Where a server's own loop runs: a thread that moves only here was answering our probes
+# (/health, /metrics), which is no sign that the server progresses.
+_SERVING_FILES = ("socketserver.py", "selectors.py", "http/server.py", "/socket.py", "asyncio/",
+                  "uvloop", "uvicorn/", "threading.py")
+
+
+def _moved(pid: int, ps: Any, spin_tids: set) -> bool | None:
+    """Like ``ProcStack.moved``, leaving out a spinning thread (its lines alternate within
+    one loop) and a thread whose every sample is in the server loop's own machinery."""
+    if not ps.ok or len(ps.samples) < 2:
+        return None
+    seen: dict[Any, list[Any]] = {}
+    for sample in ps.samples:
+        for t in sample:
+            seen.setdefault(t.tid, []).append(t)
+    for tid, ts in seen.items():
+        if (pid, tid) in spin_tids or len({t.signature for t in ts}) < 2:
+            continue
+        if all(t.top is not None and any(f in t.top.file for f in _SERVING_FILES) for t in ts):
+            continue
+        return True
+    return False
+
+
 def _active_throughout(ps: Any) -> bool:
     """True when some thread was on the CPU in every sample (a spin is; a loop that sleeps
     between bursts of work is caught asleep)."""
@@ -88,20 +112,26 @@ def activity(ev: Evidence):
     moving, still, signals = [], [], []
     cpu_total = 0.0
     compilers = []
+    spins = _window.spinning(ev)
+    spin_tids = {(sp["pid"], sp["tid"]) for sp in spins}
+    moved_of = {(h, pid): _moved(pid, ps, spin_tids) for (h, pid), ps in ev.stacks.items()}
     for p in ev.processes:
         cpu = p.cpu_delta_s or 0.0
         cpu_total += cpu
         ps = ev.stacks.get((p.host, p.pid))
-        spin = ps is not None and ps.ok and ps.moved is False and ps.main is not None and ps.main.wait_kind == "cuda-sync"
+        moved = moved_of.get((p.host, p.pid))
+        spin = ps is not None and ps.ok and moved is False and ps.main is not None and ps.main.wait_kind == "cuda-sync"
         # FIELD-NOTES: a rank whose GPU shows 100 % at idle power burns 100 % CPU spinning in
         # cudaDeviceSynchronize; that CPU is waiting, not progress (also without its stack).
         g = ev.gpu_of_pid.get((p.host, p.pid))
-        if g is not None and g[0].reading() == "waiting" and (ps is None or not ps.ok or ps.moved is not True):
+        if g is not None and g[0].reading() == "waiting" and (ps is None or not ps.ok or moved is not True):
             spin = True
+        if any(sp["pid"] == p.pid for sp in spins):
+            spin = True  # its CPU is the spinning thread's (cpu-livelock below)
         if p.role == "compiler" and cpu >= 0.1 * w:
             compilers.append(p)
         if cpu >= 0.2 * w and not spin:
-            if ps is None or not ps.ok or ps.moved is not False:
+            if ps is None or not ps.ok or moved is not False:
                 moving.append(f"{p.label} used {cpu:.2f} s CPU")
             elif len(ps.samples) < 3 or not _active_throughout(ps):
                 # samples on one line are chance, not a spin, with two of them (the points in
@@ -120,7 +150,7 @@ def activity(ev: Evidence):
             moving.append(f"{p.label} read {(p.rchar_delta or 0) / MIB:.1f} MiB and wrote "
                           f"{(p.wchar_delta or 0) / MIB:.1f} MiB")
     moved_stacks = [pid for (h, pid), ps in ev.stacks.items()
-                    if ps.ok and ps.moved and not _answering_probes(ev, h, pid, ps)]
+                    if ps.ok and moved_of.get((h, pid)) and not _answering_probes(ev, h, pid, ps)]
     if moved_stacks:
         moving.append(f"stacks of {len(moved_stacks)} process(es) changed")
     log = ev.log_meta
@@ -142,7 +172,6 @@ def activity(ev: Evidence):
     if through:
         signals.append(against("nccl-desync", 0.6, f"pid {', '.join(map(str, through))} went in and out "
                                f"of collectives across the window's {max(len(ps.samples) for ps in ev.stacks.values())} samples"))
-    spins = _window.spinning(ev)
     for sp in spins:
         signals.append(support(
             "cpu-livelock", 0.6,

@@ -60,14 +60,17 @@ def _consumer(t: ThreadStack) -> bool:
     return False
 
 
-def _input_wait(t: ThreadStack, wchan: str) -> bool:
+def input_frame(t: ThreadStack) -> bool:
+    """The thread's stack says it waits for a connection or for a socket to be readable."""
     if t.wait_kind == "serving-idle":
         return True
     top = t.top
-    if top is not None and top.bare in _SERVER_LOOP and ("socket" in top.file or "selectors" in top.file
-                                                          or "socketserver" in top.file):
-        return True
-    return wchan.startswith(_WCHAN_INPUT) and not t.active
+    return top is not None and top.bare in _SERVER_LOOP and (
+        "socket" in top.file or "selectors" in top.file or "socketserver" in top.file)
+
+
+def _input_wait(t: ThreadStack, wchan: str) -> bool:
+    return input_frame(t) or (wchan.startswith(_WCHAN_INPUT) and not t.active)
 
 
 def thread_state(p: Proc, t: ThreadStack) -> str:

@@ -47,9 +47,11 @@ _SERVING_FILES = ("socketserver.py", "selectors.py", "http/server.py", "/socket.
                   "uvloop", "uvicorn/", "threading.py")
 
 
-def _moved(pid: int, ps: Any, spin_tids: set) -> bool | None:
+def _moved(pid: int, ps: Any, spin_tids: set, idle_cpu: bool = False) -> bool | None:
     """Like ``ProcStack.moved``, leaving out a spinning thread (its lines alternate within
-    one loop) and a thread whose every sample is in the server loop's own machinery."""
+    one loop), a thread whose every sample is in the server loop's own machinery, and, in a
+    process that used next to no CPU, a thread waiting on a socket in every sample but one
+    (it woke for one connection: ours, most likely, a /health probe)."""
     if not ps.ok or len(ps.samples) < 2:
         return None
     seen: dict[Any, list[Any]] = {}
@@ -60,6 +62,9 @@ def _moved(pid: int, ps: Any, spin_tids: set) -> bool | None:
         if (pid, tid) in spin_tids or len({t.signature for t in ts}) < 2:
             continue
         if all(t.top is not None and any(f in t.top.file for f in _SERVING_FILES) for t in ts):
+            continue
+        waiting = sum(1 for t in ts if _window.input_frame(t))
+        if idle_cpu and waiting and len(ts) - waiting <= 1:
             continue
         return True
     return False
@@ -114,7 +119,9 @@ def activity(ev: Evidence):
     compilers = []
     spins = _window.spinning(ev)
     spin_tids = {(sp["pid"], sp["tid"]) for sp in spins}
-    moved_of = {(h, pid): _moved(pid, ps, spin_tids) for (h, pid), ps in ev.stacks.items()}
+    cpu_of = {(p.host, p.pid): p.cpu_delta_s or 0.0 for p in ev.processes}
+    moved_of = {(h, pid): _moved(pid, ps, spin_tids, cpu_of.get((h, pid), 0.0) < 0.05 * w)
+                for (h, pid), ps in ev.stacks.items()}
     for p in ev.processes:
         cpu = p.cpu_delta_s or 0.0
         cpu_total += cpu

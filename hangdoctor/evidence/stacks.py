@@ -136,14 +136,16 @@ class ProcStack:
 
     @property
     def moved(self) -> bool | None:
-        """True when any thread's stack changed between the first and last sample."""
+        """True when any thread's stack differs between any two samples of the window (the
+        probe takes some in between: two that land on the same line are no verdict)."""
         if len(self.samples) < 2:
             return None
-        first = {t.tid: t.signature for t in self.samples[0]}
-        last = {t.tid: t.signature for t in self.samples[-1]}
-        for tid, sig in last.items():
-            if tid in first and first[tid] != sig:
-                return True
+        seen: dict[Any, str] = {}
+        for sample in self.samples:
+            for t in sample:
+                if t.tid in seen and seen[t.tid] != t.signature:
+                    return True
+                seen.setdefault(t.tid, t.signature)
         return False
 
     def thread_names(self) -> list[str]:

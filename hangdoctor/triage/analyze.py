@@ -211,6 +211,12 @@ def decide_verdict(ev: Evidence, facts: dict[str, Any], causes: list[dict[str, A
     if by_engine is not None:
         return by_engine
     # --- end engine progress
+    if ev.has_timing:
+        from hangdoctor.triage.live_verdict import live_verdict
+
+        by_window = live_verdict(facts, ev.window_s or 0.0, causes)
+        if by_window is not None:
+            return by_window
     strong_hang = top is not None and top["score"] >= 0.5 and CAUSES.get(top["id"], None) is not None and CAUSES[top["id"]].hang
     if facts.get("answering") and not (strong_hang and top["id"] in ("frontend-hang", "request-deadlock", "nccl-desync", "rank-died", "gpu-fault")):
         return "healthy", facts.get("answering_reason") or "the server answers its health endpoint"
@@ -559,6 +565,20 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         verdict, reason = "inconclusive", (
             f"found no evidence: {prose_n} line(s) read as a person's writing (context, never matched as a "
             "log), and no stack, error, log phase or program output to read")
+    if verdict == "healthy" and causes:
+        # a healthy (or idle) server lists no causes: what spoke for one is kept among the
+        # ruled-out, with what it said (a risk stays visible, it does not lead)
+        for c in causes:
+            ruled_out.append({"id": c["id"], "title": c["title"],
+                              "by": [f"healthy: {reason}", "it spoke: " + c["summary"]]})
+        causes = []
+    elif verdict == "progressing" and facts.get("moving"):
+        # measured progress: a weak hang cause is noise beside it (kept among the ruled-out)
+        weak = [c for c in causes if c["score"] < 0.5 and (CAUSES.get(c["id"]) is None or CAUSES[c["id"]].hang)]
+        for c in weak:
+            ruled_out.append({"id": c["id"], "title": c["title"],
+                              "by": ["something moves: " + "; ".join(facts["moving"][:2]), "it spoke: " + c["summary"]]})
+        causes = [c for c in causes if c not in weak]
     stopped = facts.get("stopped") or []
     if stopped and verdict in ("hung", "inconclusive"):
         reason += (f"; {len(stopped)} process(es) are stopped (state T: SIGSTOP, Ctrl-Z or a debugger): "
@@ -631,9 +651,12 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         })
 
     n_dumped = sum(1 for ps in ev.stacks.values() if ps.ok)
+    most = max((len(ps.samples) for ps in ev.stacks.values() if ps.ok), default=0)
+    dumps = ("one dump" if most <= 1 else "two dumps, at the start and the end of the window" if most == 2
+             else f"{most} dumps: the window's start, its end and {most - 2} in between")
     intrusion = ("read-only: /proc reads, NVML queries and an HTTP GET of the server's own port; "
                  f"py-spy paused each of {n_dumped} Python process(es) for a few milliseconds per dump "
-                 "(two dumps, at the start and the end of the window); no signal was sent") if n_dumped else \
+                 f"({dumps}); no signal was sent") if n_dumped else \
         "read-only: /proc reads, NVML queries and an HTTP GET of the server's own port; no process was paused"
     if ev.origin == "pasted":
         intrusion = "none: analysis of pasted evidence"

@@ -488,49 +488,15 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
             "next_steps": [_fill(s, ev, odd) for s in _backend_steps(ev, c.next_steps if c else ())],
             "odd_ones_out": odd,
         })
-    # a cause that only risk factors speak for (a version, a /dev/shm size, a setting) is a risk,
-    # not a cause: it supports what a symptom points to and never leads alone
-    # where the evidence stands (phase, waits, errors): the differential's priors
+    # where the evidence stands (phase, waits, errors): the differential's priors; a cause only
+    # risk factors speak for is a risk, never a cause alone
     obs = differential.observe(ev)
     prior = differential.prior_signals(obs)
-    # a cause that only risk factors speak for (a version, a /dev/shm size, a setting) is a risk,
-    # not a cause: it supports what a symptom or the position points to and never leads alone
-    risks = []
-    for c in list(causes):
-        if not (c["evidence"] and all("risk" in (i.get("refs") or []) for i in c["evidence"])):
-            continue
-        if c["id"] in prior:
-            # the position points here too: the risk raises it, at the score of both together
-            keep = 1.0 - c["score"]
-            for it in prior[c["id"]]:
-                keep *= 1.0 - it["weight"]
-            c["score"] = round(min(c["score"], 1.0 - keep), 3)
-            c["evidence"] = c["evidence"] + prior[c["id"]]
-            c["summary"] += " (a risk factor, where the evidence stands: " + prior[c["id"]][0]["text"] + ")"
-            continue
-        causes.remove(c)
-        risks.append({"id": c["id"], "title": c["title"], "score": c["score"], "text": c["summary"]})
+    risks = differential.set_risks_apart(causes, prior)
     if not causes:
-        for cid, items in prior.items():
-            score = 1.0
-            for it in items:
-                score *= 1.0 - it["weight"]
-            score = min(differential.PRIOR_CAP, 1.0 - score)
-            against = (scored.get(cid) or {}).get("against") or []
-            for it in against:  # what rules a cause out still does, a prior or not
-                score *= 1.0 - min(0.99, it["weight"])
-            score = round(score, 3)
-            if score < MIN_SCORE / 2:
-                continue
-            c = CAUSES.get(cid)
-            causes.append({
-                "id": cid, "title": title(cid), "score": score, "confidence": "low",
-                "symptom_only": False, "prior": True,
-                "summary": "where the evidence stands, not a mechanism: " + items[0]["text"],
-                "evidence": sorted(items, key=lambda i: -i["weight"]), "against": against,
-                "next_steps": [_fill(s, ev, []) for s in _backend_steps(ev, c.next_steps if c else ())],
-                "odd_ones_out": [],
-            })
+        causes.extend(differential.prior_causes(
+            prior, scored, MIN_SCORE,
+            lambda cid: [_fill(x, ev, []) for x in _backend_steps(ev, CAUSES[cid].next_steps if cid in CAUSES else ())]))
     # a cause that only downstream symptoms speak for ranks below every mechanism
     causes.sort(key=lambda c: (c["symptom_only"], -c["score"], c["id"]))
     differential.order_by_explanation(causes, MIN_SCORE)

@@ -531,6 +531,10 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         verdict, reason = "inconclusive", (
             f"found no evidence: {prose_n} line(s) read as a person's writing (context, never matched as a "
             "log), and no stack, error, log phase or program output to read")
+    if (verdict in ("healthy", "progressing") and ev.has_timing) or facts.get("stopped"):
+        # a measured window outranks a position; so does a process of the tree that was stopped
+        # (state T): the others wait because of it, not where their waits usually point
+        causes = [c for c in causes if not c.get("prior")]
     if verdict == "healthy" and causes:
         # a healthy (or idle) server lists no causes: what spoke for one is kept among the
         # ruled-out, with what it said (a risk stays visible, it does not lead)

@@ -40,6 +40,7 @@ class Wait:
     calls: str = ""  # regex, search in any call the function makes
     exclude: str = ""  # regex, fullmatch on the qualname: left out
     native: str = ""  # "" (Python) | "dynsym" | "header"
+    root: str = ""  # a repository folder that is the package's root ("server/" in TGI's repo)
 
 
 @dataclass
@@ -60,6 +61,7 @@ class Msg:
     lang: str = "py"  # "py" | "c" | "rust" | "go" | "strings"
     macros: dict[str, tuple[str, int]] = field(default_factory=dict)  # lang "c"
     min_literal: int = 8
+    root: str = ""
 
 
 def _src_matches(spec: str, s: Source) -> bool:
@@ -128,12 +130,13 @@ def _wait_points(sel: Wait, src: Source, errors: list[str]) -> list[dict]:
                 if sel.calls and not any(re.search(sel.calls, c) for c in fn.calls):
                     continue
                 found.append((fn.qualname, fn.line))
+        rel = f[len(sel.root):] if sel.root and f.startswith(sel.root) else f
         for qual, line in found:
             native = bool(sel.native)
             out.append({
-                "id": f"{src.package}@{src.version}:{f}:{qual}",
-                "package": src.package, "version": src.version, "file": f, "line": line,
-                "module": None if native else module_of(f),
+                "id": f"{src.package}@{src.version}:{rel}:{qual}",
+                "package": src.package, "version": src.version, "file": rel, "line": line,
+                "module": None if native else module_of(rel),
                 "function": qual if native else qual.rpartition(".")[2],
                 "qualname": qual, "native": native,
                 "wait_class": sel.wait_class, "phase": sel.phase,
@@ -184,12 +187,13 @@ def _messages(sel: Msg, src: Source, errors: list[str], taken: set) -> list[dict
             if line_toks is None:
                 continue
             syntax = T.syntax_of(toks)
-            key = (src.package, src.version, f, line, template)
+            rel = f[len(sel.root):] if sel.root and f.startswith(sel.root) else f
+            key = (src.package, src.version, rel, line, template)
             if key in taken:  # an earlier, more specific selector claimed it
                 continue
             taken.add(key)
             out.append({
-                "id": "", "package": src.package, "version": src.version, "file": f,
+                "id": "", "package": src.package, "version": src.version, "file": rel,
                 "line": line, "function": func or None, "via": via, "level": level, "syntax": syntax,
                 "template": template, "regex": T.to_regex(line_toks),
                 "literal": T.longest_literal(line_toks), "key": T.key_word(line_toks),

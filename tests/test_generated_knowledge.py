@@ -287,3 +287,12 @@ def test_match_message_is_fast() -> None:
     spent = time.process_time() - t
     assert hits >= 1000
     assert spent < 3.0, spent  # CPU time, so a loaded machine does not fail it; ~0.4 s alone
+
+
+def test_generator_cli_refuses_a_bad_repo_argument(capsys: pytest.CaptureFixture[str]) -> None:
+    from tools.gen_knowledge.__main__ import main
+
+    assert main(["--repo", "nccl"]) == 2
+    assert main(["--repo", "nccl=/no/such/dir"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 2 and "NAME=PATH" in err

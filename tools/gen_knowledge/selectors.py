@@ -546,7 +546,7 @@ MESSAGES += [
         "nccl-heartbeat-timeout", "symptom", "any",
         "The heartbeat monitor found the NCCL watchdog thread itself stuck (often in a CUDA call).",
         [("gpu-fault", 0.15), ("cuda-interposer-deadlock", 0.1), ("gpu-kernel-spin", 0.1)],
-        lang="strings", text=r"^(Heartbeat monitor timed out|you can either increase the timeout "
+        lang="strings", text=r"^(Heartbeat monitor timed out|ProcessGroupNCCL's watchdog got stuck for|you can either increase the timeout "
                              r"\(TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC\)| seconds because we want to wait longer "
                              r"to verify there is indeed a watchdog hang|Received a dump signal due to a "
                              r"collective timeout from )"),
@@ -580,6 +580,10 @@ MESSAGES += [
         text=r"^(Socket Timeout$|The client socket has timed out after|Timed out after \{\} seconds "
              r"waiting for clients|Timeout waiting for key: |wait timeout after \{\}ms, keys|"
              r"TCP client failed to connect/validate to host)"),
+    Msg("torch.tcpstore.connect", "torch", ["torch/lib/libtorch_cpu.so"], "store-connect-failed",
+        "mechanism", "rendezvous", "A rank could not connect to the c10d TCPStore: wrong MASTER_ADDR / "
+        "port, a firewall, or the store host not up.", [("rendezvous-stall", 0.45)], lang="strings",
+        text=r"^The client socket has failed to connect to"),
     Msg("torch.tcpstore.closed", "torch", ["torch/lib/libtorch_cpu.so"], "store-connection-lost",
         "mechanism", "any", "The TCPStore peer closed the connection: the store host (rank 0) exited.",
         [("rank-died", 0.4)], lang="strings",
@@ -592,7 +596,7 @@ MESSAGES += [
              r"The server socket on \{\} has failed to bind)"),
     Msg("torch.gloo", "torch", ["torch/lib/libtorch_cpu.so"], "gloo-error", "mechanism", "any",
         "A gloo transport operation failed or timed out.", [("rank-died", 0.25), ("nccl-transport", 0.1)],
-        lang="strings", text=r"^(Gloo connectFullMesh failed with |Timed out waiting |"
+        lang="strings", text=r"^(Gloo connectFullMesh failed with |Timed out waiting $|"
                              r"\[\w+/\w+\.cc:\d+\] Timed out|Connection closed by peer)"),
 ]
 
@@ -622,6 +626,10 @@ MESSAGES += [
                               "src/init.cc"], "nccl-cuda", "mechanism", "any",
         "A CUDA call inside NCCL failed.", [("gpu-fault", 0.3), ("driver-or-runtime-mismatch", 0.15)],
         lang="c", macros=NCCL_MACROS, levels=("warning",), text=r"[Cc]uda|CUDA|cu\w+ failed|driver"),
+    Msg("nccl.syscall", "nccl", ["src/include/checks.h"], "nccl-system-call-failed", "mechanism", "any",
+        "A system or verbs call inside NCCL failed (socket, shm, ibv_*): the transport is broken.",
+        [("nccl-transport", 0.35)], lang="c", macros=NCCL_MACROS, levels=("warning",),
+        text=r"^Call to ", min_literal=6),  # "Call to %s failed: %s": the regex is specific
     Msg("nccl.init-warn", "nccl", ["src/init.cc", "src/transport.cc", "src/graph/*.cc"], "nccl-init-error",
         "mechanism", "init", "NCCL communicator init or topology detection failed.",
         [("nccl-transport", 0.35)], lang="c", macros=NCCL_MACROS, levels=("warning",)),
@@ -659,11 +667,12 @@ MESSAGES += [
     Msg("vllm.executor-other", "vllm", ["vllm/v1/executor/multiproc_executor.py"], "executor-state",
         "state", "any", "vLLM's multiprocess executor reports its state."),
     Msg("vllm.engine-dead", "vllm", ["vllm/v1/engine/core.py", "vllm/v1/engine/core_client.py",
-                                     "vllm/v1/engine/exceptions.py"], "engine-core-failed",
+                                     "vllm/v1/engine/exceptions.py", "vllm/v1/engine/utils.py"],
+        "engine-core-failed",
         "mechanism", "any", "The engine core failed at start-up or hit a fatal error.",
         [("rank-died", 0.3)], text=r"EngineCore (failed to start|encountered a fatal error)|"
                                    r"Engine core initialization failed|EngineCore.*died|"
-                                   r"died during startup"),
+                                   r"died during startup|EngineCore encountered an issue"),
     Msg("vllm.engine-startup-wait", "vllm", ["vllm/v1/engine/core.py", "vllm/v1/engine/utils.py",
                                              "vllm/v1/engine/core_client.py"], "engine-startup-wait",
         "symptom", "init", "The engine or the front end is waiting for the other side's start-up "

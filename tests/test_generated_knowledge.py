@@ -167,14 +167,21 @@ class Q:
         raise TimeoutError("RPC call to {} timed out.".format(t))
 def f():
     logger.debug("plain %s text")
+def g(n):
+    msg = f"Rendezvous complete for {n} nodes"
+    logger.info(msg)
+    print(f"Autotuning kernel {n}")
+    print("to a file", file=sys.stderr)
 '''
     fns, msgs = P.parse(src)
-    assert [f.qualname for f in fns] == ["Q.acquire", "f"]
+    assert [f.qualname for f in fns] == ["Q.acquire", "f", "g"]
     got = [(m.function, m.level, m.via, T.to_template(m.tokens)) for m in msgs]
     assert got == [("Q.acquire", "info", "log", "No block found in %s seconds"),
                    ("Q.acquire", "warning", "log", "Still waiting on {self.path} after {t:.1f} s"),
                    ("Q.acquire", "error", "raise", "RPC call to {} timed out."),
-                   ("f", "debug", "log", "plain %s text")]
+                   ("f", "debug", "log", "plain %s text"),
+                   ("g", "info", "log", "Rendezvous complete for {n} nodes"),  # through the variable
+                   ("g", "info", "print", "Autotuning kernel {n}")]  # stdout prints only
     # logging substitutes %-fields only when arguments follow: a lone "%s" is literal text
     assert msgs[3].tokens == [("lit", "plain %s text")]
 

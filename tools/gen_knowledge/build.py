@@ -56,7 +56,7 @@ class Msg:
     causes: list[tuple[str, float]] = field(default_factory=list)
     text: str = ""  # regex, search in the template
     levels: tuple[str, ...] = ()  # empty: any
-    via: str = ""  # "log" | "raise" | "warn" ("" any) for Python
+    via: str = ""  # "log" | "raise" | "warn" | "print" ("" any; a catch-all skips raise / print)
     function: str = ""  # regex, fullmatch on the enclosing function's qualname
     lang: str = "py"  # "py" | "c" | "rust" | "go" | "strings"
     macros: dict[str, tuple[str, int]] = field(default_factory=dict)  # lang "c"
@@ -179,8 +179,14 @@ def _messages(sel: Msg, src: Source, errors: list[str], taken: set) -> list[dict
                 continue
             if sel.levels and level not in sel.levels and sel.lang != "strings":
                 continue
+            # a progress line is an info / debug log; a raise is never "progress" or "state"
+            # unless the selector says so (a catch-all must not file errors as progress)
+            if sel.kind == "progress" and not sel.levels and level not in ("info", "debug"):
+                continue
             if sel.via and via != sel.via:
                 continue
+            if not sel.via and not sel.text and via in ("raise", "print") and sel.kind in ("progress", "state"):
+                continue  # a catch-all takes logs; raises and prints only when named
             if sel.function and not re.fullmatch(sel.function, func):
                 continue
             line_toks = T.first_line(toks, sel.min_literal)  # logs are matched a line at a time

@@ -574,6 +574,9 @@ MESSAGES += [
         "any", "A CUDA call failed inside a torch operator or the NCCL process group.",
         [("gpu-fault", 0.3)], lang="strings", text=r"^(CUDA error: |CUDA error \(%s:%d\)|"
                                                    r"CUDA error during (start|end) event query)"),
+    Msg("torch.cuda.oom", "torch==2.14.1", ["torch/lib/libc10_cuda.so"], "cuda-oom", "mechanism", "any",
+        "The CUDA caching allocator could not allocate: the GPU is out of memory.",
+        [("gpu-oom", 0.5)], lang="strings", text=r"^CUDA out of memory\."),
     Msg("torch.tcpstore.timeout", "torch", ["torch/lib/libtorch_cpu.so"], "store-timeout", "mechanism",
         "rendezvous", "A c10d TCPStore wait or connect timed out: a rank never set the key, or the "
         "store is unreachable.", [("rendezvous-stall", 0.4), ("rank-died", 0.15)], lang="strings",
@@ -598,6 +601,32 @@ MESSAGES += [
         "A gloo transport operation failed or timed out.", [("rank-died", 0.25), ("nccl-transport", 0.1)],
         lang="strings", text=r"^(Gloo connectFullMesh failed with |Timed out waiting $|"
                              r"\[\w+/\w+\.cc:\d+\] Timed out|Connection closed by peer)"),
+]
+
+CUDART = ["nvidia/cuda_runtime/lib/libcudart.so.12"]
+MESSAGES += [
+    # ---- the CUDA runtime's error strings (cudaGetErrorString), as they end "CUDA error: ..."
+    Msg("cuda.fault", "nvidia-cuda-runtime-cu12", CUDART, "cuda-error-fault", "mechanism", "any",
+        "A kernel faulted (illegal address or instruction, ECC): the context is dead; every later "
+        "CUDA call fails and peers waiting on this rank hang.", [("gpu-fault", 0.4), ("rank-died", 0.1)],
+        lang="strings", text=r"^(an illegal memory access was encountered|an illegal instruction was "
+                             r"encountered|uncorrectable ECC error encountered|unspecified launch failure|"
+                             r"misaligned address|hardware stack error)$"),
+    Msg("cuda.timeout", "nvidia-cuda-runtime-cu12", CUDART, "cuda-error-launch-timeout", "mechanism",
+        "any", "A kernel ran past the driver's watchdog and was killed.",
+        [("gpu-kernel-spin", 0.4)], lang="strings", text=r"^the launch timed out and was terminated$"),
+    Msg("cuda.oom", "nvidia-cuda-runtime-cu12", CUDART, "cuda-oom", "mechanism", "any",
+        "A CUDA allocation failed: the GPU is out of memory.", [("gpu-oom", 0.4)], lang="strings",
+        text=r"^out of memory$"),
+    Msg("cuda.driver-mismatch", "nvidia-cuda-runtime-cu12", CUDART, "cuda-driver-mismatch", "mechanism",
+        "init", "The installed driver is too old for this CUDA runtime.",
+        [("driver-or-runtime-mismatch", 0.5)], lang="strings",
+        text=r"^(CUDA driver version is insufficient for CUDA runtime version|forward compatibility was "
+             r"attempted on non supported HW|system has unsupported display driver / cuda driver combination)$"),
+    Msg("cuda.peer", "nvidia-cuda-runtime-cu12", CUDART, "cuda-peer-access", "mechanism", "init",
+        "P2P access between two GPUs is not available (topology, IOMMU, or a container / VM).",
+        [("nccl-transport", 0.25)], lang="strings",
+        text=r"^peer access is not supported between these two devices$"),
 ]
 
 MESSAGES += [
@@ -687,6 +716,11 @@ MESSAGES += [
     Msg("vllm.capture", "vllm", ["vllm/v1/worker/gpu_model_runner.py"], "cuda-graph-capture",
         "progress", "graph-capture", "vLLM reports CUDA graph capture.",
         [("cuda-graph-capture", 0.05)], text=r"[Gg]raph|[Cc]aptur"),
+    Msg("vllm.kv-oom", "vllm", ["vllm/v1/worker/gpu_worker.py", "vllm/v1/core/kv_cache_utils.py"],
+        "kv-cache-oom", "mechanism", "warmup", "After the model and the profile run, no GPU memory "
+        "is left for the KV cache the configuration needs.", [("gpu-oom", 0.45)],
+        text=r"No available memory for the cache blocks|To serve at least one request with the models's "
+             r"max seq len|is larger than the maximum number of tokens that can be stored in KV cache"),
     Msg("vllm.kv-memory", "vllm", ["vllm/v1/worker/gpu_worker.py", "vllm/v1/core/kv_cache_utils.py"],
         "kv-cache-memory", "state", "warmup", "vLLM reports the memory profile / KV cache budget, or "
         "that it does not fit.", text=r"KV cache|[Mm]emory|GiB"),
@@ -722,6 +756,12 @@ MESSAGES += [
                                     "sglang/srt/entrypoints/http_server.py"], "health-check-failed",
         "symptom", "serving", "SGLang's health check did not get a response in time.",
         [("request-deadlock", 0.1), ("frontend-hang", 0.1)], text=r"[Hh]ealth"),
+    Msg("sglang.load-error", "sglang", ["sglang/srt/model_executor/model_runner.py",
+                                        "sglang/srt/model_loader/*.py"], "model-load-error", "state", "load",
+        "SGLang could not load the weights (missing files or keys, an unsupported format): the "
+        "rank fails instead of hanging.", [("rank-died", 0.1)],
+        text=r"Cannot find any model weights|No model weights found|Missing keys|could finish the model "
+             r"loading, but"),
     Msg("sglang.load", "sglang", ["sglang/srt/model_executor/model_runner.py",
                                   "sglang/srt/model_loader/*.py"], "model-load", "progress", "load",
         "SGLang reports the weight load (begin, end, memory).", text=r"[Ll]oad|[Ww]eight"),
@@ -733,6 +773,9 @@ MESSAGES += [
                                               "sglang/srt/model_executor/model_runner.py"],
         "cuda-graph-capture", "progress", "graph-capture", "SGLang reports CUDA graph capture progress.",
         text=r"[Cc]aptur|cuda graph"),
+    Msg("sglang.oom", "sglang", ["sglang/srt/model_executor/model_runner.py"], "kv-cache-oom", "mechanism",
+        "warmup", "Too little GPU memory is left for SGLang's KV pool after the weights.",
+        [("gpu-oom", 0.45)], text=r"Not enough memory"),
     Msg("sglang.memory", "sglang", ["sglang/srt/model_executor/model_runner.py"], "kv-cache-memory",
         "state", "warmup", "SGLang reports the memory pool / KV cache size or a shortage.",
         text=r"[Mm]emory|mem|KV"),
@@ -768,10 +811,14 @@ MESSAGES += [
         "in the child (the known deadlock it avoids).", lang="strings",
         text=r"huggingface/tokenizers: The current process just got forked"),
     Msg("triton.autotune", "triton", ["triton/runtime/autotuner.py"], "triton-autotune", "progress",
-        "compile", "Triton's autotuner reports benchmarking configs.", [("compile-in-progress", 0.1)]),
+        "compile", "Triton's autotuner reports benchmarking configs (TRITON_PRINT_AUTOTUNING).",
+        [("compile-in-progress", 0.1)], via="print", text=r"[Aa]utotuning"),
     Msg("triton.compile", "triton", ["triton/compiler/compiler.py", "triton/runtime/build.py",
                                      "triton/backends/nvidia/compiler.py"], "triton-compile", "state",
         "compile", "Triton reports a compile step or a compile failure (ptxas, cache)."),
+    Msg("flashinfer.lock", "flashinfer", ["flashinfer/jit/*.py"], "flashinfer-lock-timeout", "mechanism",
+        "compile", "FlashInfer gave up waiting for a file lock another process holds (a build or "
+        "a download of the same artifact).", [("lock-contention", 0.4)], text=r"Failed to acquire lock"),
     Msg("flashinfer.jit", "flashinfer", ["flashinfer/jit/core.py", "flashinfer/jit/cpp_ext.py",
                                          "flashinfer/jit/*.py"], "flashinfer-jit", "progress", "compile",
         "FlashInfer reports JIT-compiling a kernel module (ninja build) or loading a cached one.",
@@ -796,6 +843,11 @@ MESSAGES += [
         "mechanism", "any", "A TGI shard process failed or was killed; the launcher shuts down.",
         [("rank-died", 0.45)], lang="rust",
         text=r"[Ss]hard.*(fail|[Ee]rror|terminated|[Kk]illed)|failed to start|[Ss]ignal"),
+    Msg("tgi.launcher-error", "text-generation-inference", ["launcher/src/main.rs"], "tgi-launcher-error",
+        "mechanism", "any", "TGI's launcher lost a shard, the download, or the webserver.",
+        [("rank-died", 0.25)], lang="rust", levels=("error",),
+        text=r"Shard status channel disconnected|Download encountered an error|Webserver Crashed|"
+             r"Failed to start webserver"),
     Msg("tgi.launcher-other", "text-generation-inference", ["launcher/src/main.rs"], "tgi-launcher",
         "progress", "any", "TGI's launcher reports a step (download, shard start, ready, shutdown).",
         lang="rust"),

@@ -116,8 +116,8 @@ def _fixture_sources() -> list[DirSource]:
 @pytest.mark.parametrize("src", _fixture_sources(), ids=lambda s: s.origin)
 def test_committed_entries_are_what_the_generator_makes_from_the_sources(src: DirSource) -> None:
     files = set(src.names())
-    waits = [w for w in S.WAITS if B._src_matches(w.src, src)]
-    msgs = [m for m in S.MESSAGES if B._src_matches(m.src, src)]
+    waits = [w for w in S.WAITS if B.pick_sources(w.src, [src])]
+    msgs = [m for m in S.MESSAGES if B.pick_sources(m.src, [src])]
     wdoc, mdoc, _errors = B.build([src], waits, msgs)  # files absent from the fixture: errors
 
     def mine(entries: list[dict]) -> list[dict]:

@@ -28,10 +28,12 @@ def load_sources(cache: Path, repos: dict[str, Path], errors: list[str]) -> list
                 out.append(WheelSource(wheel_path(cache, name, version), name, version))
             elif kind == "git":
                 if name not in repos:
-                    errors.append(f"source {name}: a git snapshot; pass --repo {name}=PATH")
+                    if not version:  # said once per repository
+                        errors.append(f"source {name}: a git repository; pass --repo {name}=PATH")
                     continue
                 path, rev = repos[name]
-                out.append(GitSource(path, name, rev))
+                # a pinned older version is read from the same repository at its tag
+                out.append(GitSource(path, name, version or rev))
             elif kind == "stdlib":
                 out.append(stdlib_source())
         except Exception as e:  # noqa: BLE001 - one missing source is reported, the rest go on

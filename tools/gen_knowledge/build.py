@@ -73,6 +73,15 @@ def pick_source(spec: str, sources: list[Source]) -> Source | None:
     return next((s for s in sources if _src_matches(spec, s)), None)
 
 
+def pick_sources(spec: str, sources: list[Source]) -> list[Source]:
+    """``"nccl*"``: every source of the package, in the order listed (newest first);
+    otherwise the first that matches."""
+    if spec.endswith("*"):
+        return [s for s in sources if s.package == spec[:-1]]
+    one = pick_source(spec, sources)
+    return [one] if one else []
+
+
 def module_of(path: str) -> str | None:
     if not path.endswith(".py"):
         return None
@@ -101,19 +110,34 @@ def _dynsym(src: Source, name: str) -> tuple[str, ...]:
     return tuple(sorted(x for x in out if x))
 
 
-def _files(sel: Wait | Msg, src: Source, errors: list[str]) -> list[str]:
+def _rel(root: str, f: str) -> str:
+    """The file's path in the installed package: ``root`` "server/" strips a repository
+    folder; "op_builder/=deepspeed/ops/op_builder/" maps one to where it is installed."""
+    old, _, new = root.partition("=")
+    return new + f[len(old):] if old and f.startswith(old) else f
+
+
+def _files(sel: Wait | Msg, src: Source, missing: list[str]) -> list[str]:
     out: list[str] = []
     for pat in sel.files:
         got = src.match(pat)
         if not got:
-            errors.append(f"{sel.id}: {src.origin} has no file matching {pat}")
+            missing.append(pat)
         out += got
     return sorted(set(out))
 
 
-def _wait_points(sel: Wait, src: Source, errors: list[str]) -> list[dict]:
+def _missing_error(sel: Wait | Msg, srcs: list[Source], missing: list[str], errors: list[str]) -> None:
+    """A file pattern is an error when no source of the selector has it (a file an older
+    version of the package does not have yet is fine)."""
+    for pat in sorted(set(missing)):
+        if missing.count(pat) == len(srcs):
+            errors.append(f"{sel.id}: {srcs[0].origin} has no file matching {pat}")
+
+
+def _wait_points(sel: Wait, src: Source, missing: list[str]) -> list[dict]:
     out: list[dict] = []
-    for f in _files(sel, src, errors):
+    for f in _files(sel, src, missing):
         if sel.native == "dynsym":
             found = [(name, 0) for name in _dynsym(src, f) if re.fullmatch(sel.name, name)]
         elif sel.native == "header":
@@ -130,7 +154,7 @@ def _wait_points(sel: Wait, src: Source, errors: list[str]) -> list[dict]:
                 if sel.calls and not any(re.search(sel.calls, c) for c in fn.calls):
                     continue
                 found.append((fn.qualname, fn.line))
-        rel = f[len(sel.root):] if sel.root and f.startswith(sel.root) else f
+        rel = _rel(sel.root, f)
         for qual, line in found:
             native = bool(sel.native)
             out.append({
@@ -170,9 +194,13 @@ def _raw_messages(sel: Msg, src: Source, f: str) -> list[tuple[int, str, str, st
     raise ValueError(sel.lang)
 
 
-def _messages(sel: Msg, src: Source, errors: list[str], taken: set) -> list[dict]:
+def _messages(sel: Msg, src: Source, missing: list[str], taken: set, known: set,
+              first: bool = True) -> list[dict]:
+    """``known``: (package, template) recorded from a newer version of the package (sources
+    are listed newest first for a package read at several versions)."""
     out: list[dict] = []
-    for f in _files(sel, src, errors):
+    mine: set = set()
+    for f in _files(sel, src, missing):
         for line, level, via, func, toks in _raw_messages(sel, src, f):
             template = T.to_template(toks)
             if sel.text and not re.search(sel.text, template):
@@ -192,17 +220,21 @@ def _messages(sel: Msg, src: Source, errors: list[str], taken: set) -> list[dict
             line_toks = T.first_line(toks, sel.min_literal)  # logs are matched a line at a time
             if line_toks is None:
                 continue
+            head = T.prefix(line_toks)
             syntax = T.syntax_of(toks)
-            rel = f[len(sel.root):] if sel.root and f.startswith(sel.root) else f
+            rel = _rel(sel.root, f)
             key = (src.package, src.version, rel, line, template)
             if key in taken:  # an earlier, more specific selector claimed it
                 continue
+            if not first and (src.package, template) in known and (src.package, template) not in mine:
+                continue  # an older version of the package printing what the newer one does
             taken.add(key)
+            mine.add((src.package, template))
             out.append({
                 "id": "", "package": src.package, "version": src.version, "file": rel,
                 "line": line, "function": func or None, "via": via, "level": level, "syntax": syntax,
-                "template": template, "regex": T.to_regex(line_toks),
-                "literal": T.longest_literal(line_toks), "key": T.key_word(line_toks),
+                "template": template, "regex": T.to_regex(head), "regex_full": T.to_regex(line_toks),
+                "literal": T.longest_literal(head), "key": T.key_word(head),
                 "event": sel.event, "phase": sel.phase, "kind": sel.kind,
                 "causes": [{"cause": c, "weight": w} for c, w in sel.causes],
                 "meaning": sel.meaning, "selector": sel.id,
@@ -217,28 +249,38 @@ def build(sources: list[Source], waits: list[Wait], msgs: list[Msg]) -> tuple[di
     wps: dict[str, dict] = {}
     used: set[str] = set()
     for sel in waits:
-        src = pick_source(sel.src, sources)
-        if src is None:
+        srcs = pick_sources(sel.src, sources)
+        if not srcs:
             errors.append(f"{sel.id}: no source {sel.src}")
-            continue
-        got = _wait_points(sel, src, errors)
-        if not got:
-            errors.append(f"{sel.id}: found nothing in {src.origin} {sel.files}")
-        for wp in got:
-            wps.setdefault(wp["id"], wp)  # the first selector that names a function wins
-        used.add(src.origin)
+        seen_fn: set = set()
+        missing: list[str] = []
+        for src in srcs:
+            got = _wait_points(sel, src, missing)
+            if not got and src is srcs[0]:
+                errors.append(f"{sel.id}: found nothing in {src.origin} {sel.files}")
+            fresh = {(w["package"], w["file"], w["qualname"]) for w in got} - seen_fn
+            for wp in got:
+                if (wp["package"], wp["file"], wp["qualname"]) in fresh:
+                    wps.setdefault(wp["id"], wp)  # the first selector that names a function wins
+            seen_fn |= fresh
+            used.add(src.origin)
+        _missing_error(sel, srcs, missing, errors)
     taken: set = set()
     messages: list[dict] = []
     for sel in msgs:
-        src = pick_source(sel.src, sources)
-        if src is None:
+        srcs = pick_sources(sel.src, sources)
+        if not srcs:
             errors.append(f"{sel.id}: no source {sel.src}")
-            continue
-        got = _messages(sel, src, errors, taken)
-        if not got:
-            errors.append(f"{sel.id}: found nothing in {src.origin} {sel.files}")
-        messages += got
-        used.add(src.origin)
+        known = {(m["package"], m["template"]) for m in messages}
+        missing = []
+        for src in srcs:
+            got = _messages(sel, src, missing, taken, known, src is srcs[0])
+            if not got and src is srcs[0]:
+                errors.append(f"{sel.id}: found nothing in {src.origin} {sel.files}")
+            messages += got
+            known |= {(m["package"], m["template"]) for m in got}
+            used.add(src.origin)
+        _missing_error(sel, srcs, missing, errors)
     messages.sort(key=lambda m: (m["package"], m["version"], m["file"], m["line"], m["template"]))
     seen: dict[str, int] = {}
     for m in messages:

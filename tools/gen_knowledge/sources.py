@@ -82,7 +82,14 @@ class GitSource(Source):
         self.package = package
         self.version = self._git("rev-parse", f"{rev}^{{commit}}").strip()
         self.origin = f"git:{package}@{self.version}"
+        self.ref = rev
         self._names = sorted(self._git("ls-tree", "-r", "--name-only", self.version).splitlines())
+
+    def describe(self) -> dict:
+        d = super().describe()
+        if self.ref != "HEAD":
+            d["ref"] = self.ref  # the tag the commit was asked for (v2.21.5-1)
+        return d
 
     def _git(self, *args: str) -> str:
         return subprocess.run(["git", f"--git-dir={self.git_dir}", *args], check=True,

@@ -274,6 +274,16 @@ def test_match_message_reads_real_lines(line: str, event: str) -> None:
     assert event in events, events
 
 
+def test_match_message_reads_a_line_cut_short_and_prefers_the_whole_template() -> None:
+    cut = "(EngineCore) INFO ... [shm_broadcast.py:681] No available shared memory broadcast block found in 60 seconds. This ty"
+    assert [m["event"] for m in G.match_message(cut)][:1] == ["shm-broadcast-wait"]
+    done = ("node1:1:2 [0] NCCL INFO ncclCommInitRank comm 0x5 rank 0 nranks 2 cudaDev 0 nvmlDev 0 "
+            "busId 1000 commId 0x9 - Init COMPLETE")
+    best = G.match_message(done)[0]
+    assert best["template"].endswith("Init COMPLETE"), best["template"]
+    assert re.search(best["regex_full"], done)
+
+
 @pytest.mark.parametrize("line", [
     "INFO:     127.0.0.1:5000 - \"POST /v1/completions HTTP/1.1\" 200 OK",
     "the watchdog may time out, said the poster",

@@ -710,9 +710,10 @@ MESSAGES += [
         "vLLM's shared-memory message queue reports its set-up or a misuse."),
     Msg("vllm.worker-died", "vllm*", ["vllm/v1/executor/multiproc_executor.py",
                                       "vllm/v1/engine/core_client.py",
-                                      "vllm/executor/multiproc_worker_utils.py"], "worker-died", "mechanism",
+                                      "vllm/executor/multiproc_worker_utils.py",
+                                      "vllm/executor/multiproc_gpu_executor.py"], "worker-died", "mechanism",
         "any", "A worker or the engine core process died; the engine shuts down.",
-        [("rank-died", 0.5)], text=r"died unexpectedly|proc \w* ?died"),
+        [("rank-died", 0.5)], text=r"died unexpectedly|proc \w* ?died|pid %s died"),
     Msg("vllm.rpc-timeout", "vllm*", ["vllm/v1/executor/multiproc_executor.py"], "executor-rpc-timeout",
         "symptom", "serving", "A collective RPC to the workers timed out: some worker did not answer.",
         [("rank-died", 0.15), ("nccl-desync", 0.15)], text=r"timed out"),
@@ -733,7 +734,8 @@ MESSAGES += [
                                              "vllm/v1/engine/core_client.py"], "engine-startup-wait",
         "symptom", "init", "The engine or the front end is waiting for the other side's start-up "
         "message.", [("post-load-deadlock", 0.15), ("rank-died", 0.1)],
-        text=r"Waiting for|Timed out waiting for engines"),
+        text=r"Waiting for (READY|init message|(the )?engines?|.*(startup|handshake|coordinator))|"
+             r"Timed out waiting for engines"),
     Msg("vllm.engine-other", "vllm*", ["vllm/v1/engine/core.py", "vllm/v1/engine/core_client.py"],
         "engine-core-state", "state", "any", "vLLM's engine core reports its state.",
         levels=("info", "warning", "error", "exception")),

@@ -38,6 +38,7 @@ SOURCES: list[tuple[str, str, str]] = [
     ("git", "flashinfer", ""),
     ("git", "ollama", ""),
     ("git", "deepspeed", ""),
+    ("git", "lmdeploy", ""),
     ("stdlib", "cpython", ""),
 ]
 
@@ -499,6 +500,12 @@ WAITS: list[Wait] = [
          "the build finishing; another process's build lock", name=r"OpBuilder\.(jit_load|load|builder)|"
                                                                   r"CUDAOpBuilder\.(jit_load|load|builder)",
          root="op_builder/=deepspeed/ops/op_builder/"),
+    Wait("lmdeploy.executor-rpc", "lmdeploy", ["lmdeploy/pytorch/engine/executor/*.py"], "ipc-queue",
+         "serving", "the workers' replies to an executor call", "every worker answering",
+         name=r"\w+Executor\.(collective_rpc\w*|_collective_rpc\w*|wait\w*|_wait\w*|forward_async|"
+              r"get_output_async)"),
+    Wait("lmdeploy.sleep-poll", "lmdeploy", ["lmdeploy/**/*.py"], "sleep-poll", "any",
+         "a condition it polls with time.sleep", "the condition becoming true", calls=r"^time\.sleep$"),
     Wait("ray.get", "ray", ["ray/_private/worker.py"], "network", "any",
          "a Ray object: a remote task or actor result", "the task finishing; a dead node never returns it",
          name=r"get|wait|get_actor"),
@@ -863,6 +870,18 @@ MESSAGES += [
     Msg("deepspeed.launcher", "deepspeed", ["deepspeed/launcher/launch.py", "deepspeed/launcher/runner.py"],
         "deepspeed-launcher", "state", "any", "DeepSpeed's launcher reports the job's set-up or a "
         "process it kills.", levels=("info", "warning", "error")),
+    Msg("lmdeploy.child-exit", "lmdeploy", ["lmdeploy/pytorch/engine/executor/*.py"], "worker-failed",
+        "mechanism", "any", "An lmdeploy worker process signalled termination; the engine exits.",
+        [("rank-died", 0.35)], text=r"termination signal|died|exit"),
+    Msg("lmdeploy.cache-full", "lmdeploy", ["lmdeploy/pytorch/engine/*.py"], "lmdeploy-cache-full",
+        "symptom", "serving", "No request can be scheduled for prefill: the KV cache may be full.",
+        [("request-deadlock", 0.1), ("gpu-oom", 0.05)], text=r"Maybe cache is full"),
+    Msg("lmdeploy.memory", "lmdeploy", ["lmdeploy/pytorch/engine/executor/*.py"], "kv-cache-oom",
+        "mechanism", "warmup", "lmdeploy found too little GPU memory for its cache and shrank it.",
+        [("gpu-oom", 0.3)], text=r"No enough memory|[Nn]ot enough memory"),
+    Msg("lmdeploy.engine", "lmdeploy", ["lmdeploy/pytorch/engine/*.py", "lmdeploy/pytorch/engine/executor/*.py"],
+        "lmdeploy-engine", "state", "any", "lmdeploy's PyTorch engine reports its state.",
+        levels=("warning", "error", "exception")),
     Msg("ray.worker", "ray", ["ray/_private/worker.py"], "ray-worker", "state", "any",
         "Ray reports a worker / driver state or a failure to get an object.",
         levels=("warning", "error", "exception"), via="log"),

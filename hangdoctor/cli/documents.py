@@ -23,7 +23,8 @@ def _bundle_documents(path: str) -> dict[str, str] | None:
 
     names = ("snapshot.json", "analysis.json")
     if os.path.isdir(path):
-        found = {n: os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))}
+        found = {n: os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))
+                 and _inside(os.path.join(path, n), path)}
         if not found:
             return None
         out = {}
@@ -58,13 +59,22 @@ def _bundle_documents(path: str) -> dict[str, str] | None:
     return out
 
 
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` (a file found in ``folder``) stays in it once its links are resolved: a
+    ticket archive's ``vllm.log -> ~/.netrc`` must not pull the analyst's own file in."""
+    top = os.path.realpath(folder)
+    real = os.path.realpath(path)
+    return real == top or real.startswith(top.rstrip("/") + "/")
+
+
 def _expand_inputs(paths: tuple[str, ...]) -> list[str]:
     """A folder that is not a bundle stands for the files in it (as `pytest DIR` does)."""
     out: list[str] = []
     for p in paths:
         if p != "-" and os.path.isdir(p) and _bundle_documents(p) is None:
             files = sorted(os.path.join(d, f) for d, subdirs, names in os.walk(p)
-                           for f in names if not f.startswith("."))
+                           for f in names if not f.startswith(".")
+                           and _inside(os.path.join(d, f), p))
             if not files:
                 raise InputError(f"{p} is an empty folder", "give the evidence files")
             out += files[:MAX_DIR_FILES]

@@ -34,6 +34,9 @@ import re
 import socket
 import time
 
+from hangdoctor import redact
+from hangdoctor.collect import target_fs
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
@@ -94,8 +97,45 @@ def nccl_version(path: str, root: str = "") -> Tuple[Optional[str], Optional[str
 # ---------------------------------------------------------------- RAS
 
 
-def ras_address(env: Dict[str, str], nccl_loaded: bool) -> Optional[Tuple[str, int]]:
-    """Where this process's RAS listens, or None (NCCL not loaded, RAS disabled, bad address)."""
+def local_addresses(net: str = "/proc/net") -> List[str]:
+    """The IPv4 and IPv6 addresses of the network namespace whose ``/proc/.../net`` is ``net``
+    (the host's, or a target's own: ``/proc/PID/net``), loopback included."""
+    out = ["127.0.0.1", "::1"]
+    try:
+        with open(net + "/fib_trie", "rb") as f:
+            lines = f.read(4 << 20).decode("ascii", "replace").splitlines()
+    except OSError:
+        lines = []
+    for prev, line in zip(lines, lines[1:]):
+        # "|-- 10.0.0.5" followed by "/32 host LOCAL": one of the namespace's own addresses
+        if "/32 host LOCAL" in line:
+            addr = prev.strip().lstrip("|-+ ").strip()
+            if addr and addr not in out:
+                out.append(addr)
+    try:
+        with open(net + "/if_inet6", "rb") as f:
+            for row in f.read(1 << 20).decode("ascii", "replace").splitlines():
+                h = row.split()[0] if row.split() else ""
+                if len(h) == 32:
+                    addr = ":".join(h[i:i + 4] for i in range(0, 32, 4))
+                    try:
+                        addr = socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, addr))
+                    except (OSError, ValueError):
+                        continue
+                    if addr not in out:
+                        out.append(addr)
+    except OSError:
+        pass
+    return out
+
+
+def ras_address(env: Dict[str, str], nccl_loaded: bool,
+                own: Optional[List[str]] = None) -> Optional[Tuple[str, int]]:
+    """Where this process's RAS listens, or None (NCCL not loaded, RAS disabled, bad address).
+
+    Only loopback or one of the target's own addresses (``own``, from its network namespace) is
+    ever connected to: an ``NCCL_RAS_ADDR`` naming another host would make the probe a client
+    of whatever the target points it at."""
     if not nccl_loaded or env.get("NCCL_RAS_ENABLE", "").strip() == "0":
         return None
     addr = env.get("NCCL_RAS_ADDR", "").strip()
@@ -108,6 +148,11 @@ def ras_address(env: Dict[str, str], nccl_loaded: bool) -> Optional[Tuple[str, i
     if host in ("localhost", "0.0.0.0"):
         host = "127.0.0.1"
     if not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    if host.startswith("127.") or host == "::1":
+        return (host, int(port))
+    allowed = own if own is not None else local_addresses()
+    if host not in allowed:
         return None
     return (host, int(port))
 
@@ -159,7 +204,8 @@ def query_ras(host: str, port: int, timeout_s: float = 2.0, cap_bytes: int = RAS
             except OSError:
                 pass
         out["duration_s"] = round(time.monotonic() - t0, 4)
-    return out
+    # the answer is the target's text: redacted before it is kept, like every other source
+    return redact.redact_obj(out)
 
 
 class _LineReader:
@@ -397,17 +443,42 @@ def read_fr_dump(path: str, root: str = "", cap_bytes: int = FR_CAP_BYTES) -> Di
     return out
 
 
-def request_fr_dump(env: Dict[str, str], rank: Optional[int], root: str = "") -> Dict[str, Any]:
-    """Opt-in (``--fr-dump``): ask a rank to dump through its on-demand pipe. Never blocks."""
+def request_fr_dump(env: Dict[str, str], rank: Optional[int], root: str = "",
+                    owner_uid: Optional[int] = None) -> Dict[str, Any]:
+    """Opt-in (``--fr-dump``): ask a rank to dump through its on-demand pipe. Never blocks.
+
+    The path comes from the target's environment, so it is written to only when it is a FIFO
+    (checked before opening, since opening a device for writing can act on it, and again on the
+    open descriptor) owned by the target's uid (``owner_uid``): a FIFO the target created."""
+    import stat as _stat
+
     base = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "").strip()
     if not base:
         return {"ok": False, "error": "TORCH_NCCL_DEBUG_INFO_PIPE_FILE not set at launch"}
     path = "%s%d.pipe" % (base, rank if rank is not None else 0)
+
+    def refuse(st: Any) -> Optional[str]:
+        if not _stat.S_ISFIFO(st.st_mode):
+            return "not a FIFO; not written to"
+        if owner_uid is not None and st.st_uid != owner_uid:
+            return "a FIFO of uid %d, not the target's (uid %d); not written to" % (
+                st.st_uid, owner_uid)
+        return None
+
+    try:
+        why = refuse(os.lstat(root + path))
+    except OSError as exc:
+        return {"ok": False, "pipe": path, "error": "pipe not found: %s" % (exc.strerror or exc)}
+    if why:
+        return {"ok": False, "pipe": path, "error": why}
     try:
         fd = os.open(root + path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
         return {"ok": False, "pipe": path, "error": "pipe not open for reading: %s" % (exc.strerror or exc)}
     try:
+        why = refuse(os.fstat(fd))
+        if why:  # swapped between the check and the open
+            return {"ok": False, "pipe": path, "error": why}
         os.write(fd, b"1\n")
     except OSError as exc:
         return {"ok": False, "pipe": path, "error": str(exc.strerror or exc)}
@@ -445,7 +516,9 @@ def process_facts(pid: int, proc: str = "/proc") -> Dict[str, Any]:
                 env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
     except OSError:
         env = {}
-    facts["ras_addr"] = ras_address(env, bool(libs))
+    net = "%s/%d/net" % (proc, pid)
+    facts["ras_addr"] = ras_address(env, bool(libs),
+                                    local_addresses(net) if os.path.isdir(net) else None)
     facts["ras_disabled"] = bool(libs) and env.get("NCCL_RAS_ENABLE", "").strip() == "0"
     facts["fr_prefixes"] = fr_prefixes(env) if (libs or any(k.startswith("TORCH_FR") or k.startswith("TORCH_NCCL")
                                                             for k in env)) else []
@@ -489,7 +562,9 @@ class NcclCollector:
             for f in self.facts:
                 if f.get("libraries"):
                     rank = _rank_from_env(f.get("_env") or {})
-                    req = request_fr_dump(f.get("_env") or {}, rank, f.get("_root") or "")
+                    ids = target_fs.ids_of(f["pid"], self.proc)
+                    req = request_fr_dump(f.get("_env") or {}, rank, f.get("_root") or "",
+                                          ids[0] if ids else -1)
                     req["pid"] = f["pid"]
                     self.fr_requests.append(req)
 

@@ -40,6 +40,7 @@ from hangdoctor.collect import (
     ptrace_denial,
     pyspy,
     sources,
+    target_fs,
 )
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.collect.manifest import Manifest
@@ -197,23 +198,25 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     log_paths = [cfg.log_path] if cfg.log_path else []
     for r in readers:
         for cand in r.record.pop("_log_candidates", []):
-            if not log_given and cand not in log_paths:
+            if not log_given and cand["name"] not in [c["name"] for c in log_paths]:
                 log_paths.append(cand)
     log_format = None
     if not log_paths:  # a container's stdout is a pipe: its runtime keeps the log
         runtime_path, log_format = containers.runtime_log(roots)
         if runtime_path:
             log_paths = [runtime_path]
+    # --log names a path the server's user may own: read with that user's rights (target_fs)
+    log_ids = target_fs.ids_of(roots[0], proc) if log_given and roots else None
     log_a: Optional[sources.LogRead] = None
     log_end: Optional[sources.LogRead] = None
     if not log_paths:
         man.add("log", "not-given", 0.0, "no server log given and none found on the server's stdout",
                 "pass --log FILE")
     elif window_s > 0:
-        log_a = sources.LogRead(log_paths[:8], log_given, tail=False)
+        log_a = sources.LogRead(log_paths[:8], log_given, tail=False, as_ids=log_ids)
     else:
         # --window 0: one reading, started now so that its child overlaps the dumps
-        log_end = sources.LogRead(log_paths[:8], log_given, tail=True)
+        log_end = sources.LogRead(log_paths[:8], log_given, tail=True, as_ids=log_ids)
 
     # background sources, all overlapping the window
     py_targets = [r for r in readers if r.record.get("is_python") and r.record.get("alive")]
@@ -296,7 +299,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             r.record.setdefault("exit_info", "unreadable at window end: %s" % exc)
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
     if log_paths:
-        probe_log.read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline, log_end)
+        probe_log.read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline, log_end,
+                           log_ids)
     if log_format and "log" in snap:
         snap["log"]["tail"] = container_runtime.decode_log_lines(snap["log"]["tail"], log_format)
         snap["log"]["format"] = log_format

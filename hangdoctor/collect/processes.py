@@ -13,7 +13,7 @@ import os
 import re
 
 from hangdoctor import redact
-from hangdoctor.collect import procfs, pyspy
+from hangdoctor.collect import procfs, pyspy, sources
 from hangdoctor.collect.config import ProbeConfig
 
 # Annotations only (PEP 563): typing is not imported at run time, which saves the probe
@@ -263,7 +263,9 @@ class ProcReader:
             rec["ns_pids"] = nspid
         self.io_a = procfs.io_counters(pid, proc)
         # stdout/stderr of the root: the server log when --log was not given
-        rec["_log_candidates"] = [t for fd, t in procfs.fd_targets(pid, proc) if fd in (1, 2)
+        # (read through the descriptor, never by the name its link shows: see sources.LogRead)
+        rec["_log_candidates"] = [sources.fd_entry(proc, pid, fd, t)
+                                  for fd, t in procfs.fd_targets(pid, proc) if fd in (1, 2)
                                   and t.startswith("/") and not t.startswith("/dev/")]
 
     def attach_listen(self, listen_map: Dict[int, Dict[str, Any]]) -> None:

@@ -176,7 +176,9 @@ class Logger:
         stream = self.stream or sys.stderr
         from hangdoctor.textsafe import clean_text  # an endpoint's answer is not to be trusted
 
-        stream.write(f"{utc_iso()} hangdoctor watch: {clean_text(message)}\n")
+        from hangdoctor.redact import redact_text  # --url may carry user:pass@ or a token
+
+        stream.write(f"{utc_iso()} hangdoctor watch: {clean_text(redact_text(message))}\n")
         stream.flush()
 
     def debug(self, message: str) -> None:

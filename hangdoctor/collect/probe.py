@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 
+from hangdoctor import redact
 from hangdoctor.collect import (
     container,
     container_runtime,
@@ -119,7 +120,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                 root = locks.server_root(pid, roots, proc)
                 if root not in [c["pid"] for c in chosen]:
                     chosen.append({"pid": root, "kind": "listens on port %d" % port,
-                                   "cmdline": " ".join(procfs.cmdline(root, proc) or [])[:300]})
+                                   "cmdline": redact.cut_line(" ".join(redact.redact_argv(
+                                       procfs.cmdline(root, proc) or [])), 300)})
         discovery, roots = chosen, [c["pid"] for c in chosen]
         man.add("discovery", "ok", 0.0, "the process(es) listening on port(s) %s" % ", ".join(
             str(p) for p in cfg.ports if p in by_port))

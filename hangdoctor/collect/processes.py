@@ -118,7 +118,7 @@ def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
         if not covered:
             # redacted as an argument list (``--api-key X``), then cut: a cut first could leave
             # half a secret that no pattern recognises
-            text = " ".join(redact.redact_argv(list(argv)))[:300]
+            text = redact.cut_line(" ".join(redact.redact_argv(list(argv))), 300)
             roots.append({"pid": pid, "kind": kind, "cmdline": text})
     return roots
 

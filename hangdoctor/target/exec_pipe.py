@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from hangdoctor import redact
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import TargetError
 from hangdoctor.target.pyspy_binary import elf_arch, find_local_pyspy, normalise_arch
@@ -126,7 +127,9 @@ class ExecRun:
     def stderr_tail(self, limit: int = STDERR_TAIL_BYTES) -> str:
         lines = bytes(self.stderr).decode("utf-8", "replace").splitlines()
         keep = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("hd_")]
-        return " | ".join(keep)[-limit:]
+        # the target's own stderr: redacted as lines (a key block spans several) before it is
+        # cut, so a cut never keeps half a token
+        return " | ".join(redact.redact_lines(keep))[-limit:]
 
 
 class ExecPipeTarget:
@@ -242,9 +245,9 @@ class ExecPipeTarget:
         log = await self._bounded(self.runtime_log(start_epoch), 5.0)
         if isinstance(log, dict) and not snapshot.get("log"):
             if config.redact:  # the probe redacts what it reads; this was read here
-                from hangdoctor.redact import redact_text
-
-                log["tail"] = [redact_text(line) for line in log.get("tail") or []]
+                # as lines, not one by one: a PEM key logged over 27 lines keeps no body line
+                log["tail"] = redact.redact_lines(
+                    [ln for ln in log.get("tail") or [] if isinstance(ln, str)])
             snapshot["log"] = log
             self._fix_log_manifest(snapshot, log)
         self._record(snapshot, run, start)

@@ -1,0 +1,181 @@
+"""One redaction pass over every sink (red-team round 2, class 3): every form of
+hangdoctor.redact.FORMS is planted in every input channel and every output is searched for its
+secret.
+
+Channels: free text (one line, and among log lines), a server's command line, its environment,
+its stdout log, the target's stderr in an error line (``via:``), a host spec, a pasted log and a
+pasted snapshot (``analyze``), ``watch``'s log lines. Outputs: the snapshot, the report (Markdown
+and JSON), the bundle's members, stdout and stderr.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+from hangdoctor import redact
+from tests.faults.helpers import no_traceback, run_cli
+
+FORMS = redact.FORMS
+IDS = [f[0] for f in FORMS]
+SLEEPER = "import time, sys\nprint(sys.argv[1:] and 'ready', flush=True)\ntime.sleep(120)\n"
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    redact.forget_known()
+
+
+@pytest.mark.parametrize("name, text, secret", FORMS, ids=IDS)
+def test_each_form_alone_in_text_lines_argv_env_and_objects(name: str, text: str,
+                                                            secret: str) -> None:
+    """Each form by pattern alone (nothing learnt before), in every in-process channel."""
+    outs = {
+        "text": redact.redact_text(text),
+        "line-in-log": "\n".join(redact.redact_lines(["INFO a", text, "INFO b"])),
+        "argv-element": " ".join(redact.redact_argv(["python", "-c", text])),
+        "env-value": json.dumps(redact.redact_env({"HD_NOTE": text})),
+        "object": json.dumps(redact.redact_obj({"detail": text, "list": [1, text]})),
+        "deep": json.dumps(redact.redact_deep({"a": [{"b": text}]})),
+    }
+    for channel, out in outs.items():
+        redact.forget_known()
+        assert secret not in out, (channel, out)
+
+
+def test_known_values_are_scrubbed_wherever_they_recur() -> None:
+    """A value met once in a secret position is masked in any later text, bare."""
+    redact.redact_argv(["vllm", "serve", "m", "--api-key", "KnownOnce0042xyz"])
+    assert "KnownOnce0042xyz" not in redact.redact_text("client sent key KnownOnce0042xyz today")
+    assert "KnownOnce0042xyz" not in redact.scrub_known("x KnownOnce0042xyz")
+
+
+def test_what_a_report_needs_is_kept() -> None:
+    kept = [
+        "Namespace(tokenizer='meta/llama', max_num_batched_tokens=8192, api_key=None)",
+        "INFO 127.0.0.1:5000 - \"GET /health HTTP/1.1\" 200",
+        "git@github.com:org/repo.git", "max token 4096", "http://host:8000/v1/models",
+        "Digest sha256:abcdef0123", "token count 5", "bypass=1",
+    ]
+    for line in kept:
+        assert redact.redact_text(line) == line
+
+
+def _all_lines() -> str:
+    return "\n".join(t for _, t, _ in FORMS) + "\n"
+
+
+def _search(outputs: dict[str, str]) -> list[tuple[str, str]]:
+    return [(form, channel) for form, _, secret in FORMS for channel, text in outputs.items()
+            if secret in text]
+
+
+def _bundle_text(path: Path) -> str:
+    out = []
+    with tarfile.open(path) as tar:
+        for m in tar:
+            if m.isfile():
+                out.append(tar.extractfile(m).read().decode("utf-8", "replace"))
+    return "\n".join(out)
+
+
+def test_every_form_in_every_live_channel_of_a_real_server(tmp_path: Path) -> None:
+    """A real process whose command line, environment and stdout log carry every form;
+    diagnose writes the snapshot, a Markdown and a JSON report and a bundle. Not one secret in
+    any output."""
+    log = tmp_path / "server.log"
+    env = {**os.environ}
+    for i, (_n, text, _s) in enumerate(FORMS):
+        env[f"HD_FORM_{i}"] = text
+    for _n, text, _s in FORMS:
+        if text.split("=", 1)[0].isupper() and "=" in text and " " not in text.split("=", 1)[0]:
+            k, v = text.split("=", 1)
+            env[k] = v.split(" ")[0]
+    with open(log, "w") as f:
+        f.write(_all_lines())
+        f.flush()
+        server = subprocess.Popen([sys.executable, "-c", SLEEPER, *[t for _, t, _ in FORMS]],
+                                  stdout=f, stderr=subprocess.STDOUT, env=env,
+                                  stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(1.0)
+        snap, md, js, bundle = (tmp_path / n for n in ("s.json", "r.md", "r.json", "b.tar.gz"))
+        proc, _ = run_cli("diagnose", "localhost", "--pid", str(server.pid), "--window", "0",
+                          "--no-gpu", "--save-snapshot", str(snap), "-o", str(md), "--json")
+        js.write_text(proc.stdout)
+        no_traceback(proc)
+        outputs = {"snapshot": snap.read_text(), "markdown": md.read_text(),
+                   "json": js.read_text(), "stdout": proc.stdout, "stderr": proc.stderr}
+        assert any("ready" in ln for ln in json.loads(snap.read_text())["log"]["tail"])
+        proc2, _ = run_cli("snapshot", "localhost", "--pid", str(server.pid), "--window", "0",
+                           "--no-gpu", "-o", str(bundle))
+        no_traceback(proc2)
+        if bundle.exists():
+            outputs["bundle"] = _bundle_text(bundle)
+            outputs["bundle-stderr"] = proc2.stderr
+        leaks = _search(outputs)
+        print(f"FIGURES live: planted {len(FORMS)} forms x 3 channels, searched "
+              f"{len(outputs)} outputs, leaked {len(leaks)}")
+        assert not leaks, leaks
+    finally:
+        server.kill()
+        server.wait()
+
+
+def test_every_form_pasted_to_analyze_as_a_log_and_as_a_snapshot(tmp_path: Path) -> None:
+    pasted = tmp_path / "vllm.log"
+    pasted.write_text("INFO vLLM API server version 0.6.3\n" + _all_lines())
+    snap = {"schema_version": 1, "origin": "live", "notes": [t for _, t, _ in FORMS],
+            "manifest": [{"source": "log", "status": "failed", "detail": t} for _, t, _ in FORMS],
+            "processes": [], "redacted": False}
+    snap_path = tmp_path / "snap.json"
+    snap_path.write_text(json.dumps(snap))
+    outputs = {}
+    for label, arg in (("log", pasted), ("snapshot", snap_path)):
+        out = tmp_path / f"{label}.md"
+        proc, _ = run_cli("analyze", str(arg), "-o", str(out), "--json")
+        no_traceback(proc)
+        outputs[f"{label}-stdout"] = proc.stdout
+        outputs[f"{label}-stderr"] = proc.stderr
+        if out.exists():
+            outputs[f"{label}-report"] = out.read_text()
+    leaks = _search(outputs)
+    print(f"FIGURES analyze: planted {len(FORMS)} forms x 2 channels, searched {len(outputs)} "
+          f"outputs, leaked {len(leaks)}")
+    assert not leaks, leaks
+
+
+def test_every_form_in_a_via_targets_stderr_and_name(tmp_path: Path) -> None:
+    """The target's stderr goes into the error line, the host table and the JSON; the via
+    command is the target's name."""
+    script = tmp_path / "fail.sh"
+    script.write_text("#!/bin/sh\ncat <<'EOF' >&2\n" + _all_lines() + "EOF\nexit 3\n")
+    script.chmod(0o755)
+    forms_arg = " ".join(f"'{s}'" for _, _, s in FORMS[:0])
+    out = tmp_path / "r.json"
+    proc, _ = run_cli("diagnose", f"via:{script} --token FormViaName41x {forms_arg}",
+                      "--deadline", "15", "--no-gpu", "-o", str(out))
+    no_traceback(proc)
+    outputs = {"stdout": proc.stdout, "stderr": proc.stderr,
+               "json": out.read_text() if out.exists() else ""}
+    leaks = _search(outputs)
+    assert "FormViaName41x" not in proc.stderr + proc.stdout + outputs["json"]
+    print(f"FIGURES via-stderr: planted {len(FORMS)}, searched {len(outputs)}, leaked {len(leaks)}")
+    assert not leaks, leaks
+
+
+def test_watch_log_lines_hide_url_credentials() -> None:
+    from hangdoctor.watch import Logger
+
+    buf = io.StringIO()
+    Logger(stream=buf)("health failing: http://u:FormWatch42@127.0.0.1:9/health?access_token="
+                       "FormWatch43 refused")
+    assert "FormWatch42" not in buf.getvalue() and "FormWatch43" not in buf.getvalue()

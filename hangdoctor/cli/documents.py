@@ -10,9 +10,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hangdoctor import bounded
 from hangdoctor.errors import HangdoctorError, InputError
 
-MAX_BUNDLE_MEMBER_BYTES = 512 << 20
+MAX_BUNDLE_MEMBER_BYTES = bounded.MAX_JSON_BYTES
 MAX_DIR_FILES = 500
 
 
@@ -46,11 +47,16 @@ def _bundle_documents(path: str) -> dict[str, str] | None:
                 # the bundle's files sit at the top or in its one top-level folder
                 if not member.isfile() or len(parts) > 2 or parts[-1] not in names:
                     continue
+                if parts[-1] in out:
+                    continue  # the first member of a name is the bundle's; the rest is not read
                 if member.size > MAX_BUNDLE_MEMBER_BYTES:
                     raise InputError(f"{path}: {member.name} is {member.size >> 20} MiB", "too large to read")
                 handle = tar.extractfile(member)
                 if handle is not None:
-                    out.setdefault(parts[-1], handle.read().decode("utf-8", "replace"))
+                    data = handle.read(MAX_BUNDLE_MEMBER_BYTES + 1)
+                    # the value count before any decoding (a 48 KB .tar.gz held 2.4 GB of it)
+                    bounded.check_json_text(data, f"{path}:{member.name}")
+                    out[parts[-1]] = data.decode("utf-8", "replace")
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise InputError(f"{path}: not a readable archive ({exc})", "give the bundle hangdoctor snapshot wrote") from None
     if not out:

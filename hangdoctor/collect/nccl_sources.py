@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 
 RAS_DEFAULT_PORT = 28028
+FS_TIMEOUT_S = 2.0  # for the target's paths (a mapped library, dump folders): target_fs
 RAS_CAP_BYTES = 4 << 20  # a 1000-rank job's STATUS is ~1 MB of JSON
 FR_CAP_BYTES = 64 << 20
 FR_KEEP_ENTRIES = 12  # per process group: the last ones tell where each rank is
@@ -72,22 +73,22 @@ def nccl_version(path: str, root: str = "") -> Tuple[Optional[str], Optional[str
     m = _SO_VERSION_RE.search(os.path.basename(path))
     if m:
         return m.group(1), "file name"
-    try:
-        real = os.path.realpath(root + path)
-        m = _SO_VERSION_RE.search(os.path.basename(real))
-        if m:
-            return m.group(1), "file name"
-    except OSError:
-        pass
     # .../site-packages/nvidia/nccl/lib/libnccl.so.2 -> .../site-packages/nvidia_nccl_cu12-X.dist-info
+    dirs = []
     d = os.path.dirname(path)
     for _ in range(4):
         d = os.path.dirname(d)
-        try:
-            names = os.listdir(root + d)
-        except OSError:
-            continue
-        for name in names:
+        dirs.append(d)
+    # the path is the target's (a mapped library on a wedged mount): touched only by a child
+    answers = target_fs.run([{"op": "realpath", "path": root + path}]
+                            + [{"op": "listdir", "path": root + d} for d in dirs], FS_TIMEOUT_S)
+    real = answers[0].get("real")
+    if real:
+        m = _SO_VERSION_RE.search(os.path.basename(real))
+        if m:
+            return m.group(1), "file name"
+    for ans in answers[1:]:
+        for name in ans.get("names") or []:
             dm = _DIST_RE.match(name)
             if dm:
                 return dm.group(1), "pip wheel %s" % name
@@ -386,14 +387,19 @@ def fr_prefixes(env: Dict[str, str]) -> List[str]:
     return out
 
 
-def find_fr_dumps(prefixes: List[str], root: str = "", limit: int = 64) -> List[str]:
-    """Existing dump files (paths as the target sees them) under the given prefixes."""
+def find_fr_dumps(prefixes: List[str], root: str = "", limit: int = 64,
+                  as_ids: Optional[Any] = None) -> List[str]:
+    """Existing dump files (paths as the target sees them) under the given prefixes.
+
+    The folders are the target's (its environment names them): listed by a disposable child
+    (target_fs) with the target's own rights."""
     found = []  # type: List[str]
-    for prefix in prefixes:
-        d, base = os.path.split(prefix)
-        try:
-            names = sorted(os.listdir(root + (d or "/")))
-        except OSError:
+    split = [os.path.split(prefix) for prefix in prefixes]
+    answers = target_fs.run([{"op": "listdir", "path": root + (d or "/")} for d, _b in split],
+                            FS_TIMEOUT_S, as_ids)
+    for (d, base), ans in zip(split, answers):
+        names = ans.get("names")
+        if names is None:
             continue
         for name in names:
             if name.startswith(base) and _RANK_FILE_RE.search(name[len(base):] or "x"):
@@ -405,35 +411,29 @@ def find_fr_dumps(prefixes: List[str], root: str = "", limit: int = 64) -> List[
     return found
 
 
-def read_fr_dump(path: str, root: str = "", cap_bytes: int = FR_CAP_BYTES) -> Dict[str, Any]:
-    """Summary of one dump file, or its error; never raises."""
+def read_fr_dump(path: str, root: str = "", cap_bytes: int = FR_CAP_BYTES,
+                 as_ids: Optional[Any] = None) -> Dict[str, Any]:
+    """Summary of one dump file, or its error; never raises. Read by a disposable child with
+    the target's own rights (target_fs): the file is where the target's environment says."""
     out = {"path": path}  # type: Dict[str, Any]
     m = _RANK_FILE_RE.search(path)
     out["rank"] = int(m.group(1)) if m else None
-    try:
-        fd = os.open(root + path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        out["error"] = "unreadable: %s" % (exc.strerror or exc)
+    ans = target_fs.run([{"op": "read", "path": root + path, "max_bytes": cap_bytes + 1,
+                          "nofollow": True}], FS_TIMEOUT_S + 2.0, as_ids)[0]
+    if ans.get("timeout"):
+        out["error"] = "no answer within %.0f s (a hung mount?): not read" % (FS_TIMEOUT_S + 2.0)
         return out
-    try:
-        st = os.fstat(fd)
-        import stat as _stat
-
-        if not _stat.S_ISREG(st.st_mode):
-            out["error"] = "not a regular file"
-            return out
-        out["size_bytes"] = st.st_size
-        out["mtime"] = round(st.st_mtime, 3)
-        if st.st_size > cap_bytes:
-            out["error"] = "larger than %d MiB: not read" % (cap_bytes >> 20)
-            return out
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(cap_bytes + 1)
-    except OSError as exc:
-        out["error"] = "unreadable: %s" % (exc.strerror or exc)
+    if "data" not in ans:
+        err = ans.get("error") or "no answer"
+        out["error"] = err if err == "not a regular file" else "unreadable: %s" % err
         return out
-    finally:
-        os.close(fd)
+    out["size_bytes"] = ans["size"]
+    out["mtime"] = round(ans["mtime"], 3)
+    out["_key"] = (ans.get("dev"), ans.get("ino"))
+    if ans["size"] > cap_bytes or len(ans["data"]) > cap_bytes:
+        out["error"] = "larger than %d MiB: not read" % (cap_bytes >> 20)
+        return out
+    data = ans["data"]
     try:
         out["summary"] = summarize_fr(load_fr(data))
     except ValueError as exc:
@@ -583,16 +583,13 @@ class NcclCollector:
         seen = set()
         for f in self.facts:
             root = f.get("_root") or ""
-            for path in find_fr_dumps(f.get("fr_prefixes") or [], root):
-                try:
-                    st = os.stat(root + path)
-                    key = (st.st_dev, st.st_ino)  # one file seen through several ranks' roots
-                except OSError:
-                    key = (root, path)
-                if key in seen:
+            ids = target_fs.ids_of(f["pid"], self.proc)
+            for path in find_fr_dumps(f.get("fr_prefixes") or [], root, as_ids=ids):
+                d = read_fr_dump(path, root, as_ids=ids)
+                key = d.pop("_key", None) or (root, path)
+                if key in seen:  # one file seen through several ranks' roots
                     continue
                 seen.add(key)
-                d = read_fr_dump(path, root)
                 d["found_via_pid"] = f["pid"]
                 dumps.append(d)
         procs = []

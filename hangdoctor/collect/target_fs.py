@@ -55,7 +55,8 @@ for op in req["ops"]:
         elif kind == "realpath":
             say({"real": os.path.realpath(path)})
         elif kind == "listdir":
-            names = sorted(os.listdir(path))[: req["max_names"]]
+            every = os.listdir(path)
+            names = sorted(every)[: req["max_names"]]
             sizes = None
             if op.get("sizes"):
                 sizes = []
@@ -64,7 +65,30 @@ for op in req["ops"]:
                         sizes.append(os.lstat(os.path.join(path, n)).st_size)
                     except OSError:
                         sizes.append(None)
-            say({"names": names, "sizes": sizes})
+            say({"names": names, "sizes": sizes, "count": len(every)})
+        elif kind == "read":
+            # a regular file's first max_bytes: a JSON header line, then exactly that many bytes
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+                         | (getattr(os, "O_NOFOLLOW", 0) if op.get("nofollow") else 0))
+            try:
+                st = os.fstat(fd)
+                if not stat.S_ISREG(st.st_mode):
+                    say({"error": "not a regular file"})
+                    continue
+                chunks, got, cap = [], 0, op["max_bytes"]
+                while got < cap:
+                    b = os.read(fd, min(1 << 20, cap - got))
+                    if not b:
+                        break
+                    chunks.append(b)
+                    got += len(b)
+            finally:
+                os.close(fd)
+            data = b"".join(chunks)
+            say({"bytes": len(data), "size": st.st_size, "mtime": st.st_mtime, "dev": st.st_dev,
+                 "ino": st.st_ino})
+            sys.stdout.buffer.write(data)
+            sys.stdout.flush()
         elif kind == "statvfs":
             st = os.statvfs(path)
             say({"blocks": st.f_blocks, "frsize": st.f_frsize, "bavail": st.f_bavail,
@@ -81,7 +105,8 @@ _abandoned = []  # type: List[Any]  # children past their deadline, left for ini
 def run(ops: List[Dict[str, Any]], timeout_s: float,
         as_ids: Optional[Tuple[int, int, List[int]]] = None) -> List[Dict[str, Any]]:
     """One answer per operation of ``ops`` (``{"op": "stat"|"lstat"|"realpath"|"listdir"|
-    "statvfs", "path": ...}``), in a child that has ``timeout_s`` in all. An operation that got
+    "statvfs"|"read", "path": ...}``; "read" takes ``max_bytes`` and ``nofollow`` and answers
+    ``data``), in a child that has ``timeout_s`` in all. An operation that got
     no answer in time is ``{"timeout": True}``; the child is then killed and left behind."""
     if not ops:
         return []
@@ -99,7 +124,9 @@ def run(ops: List[Dict[str, Any]], timeout_s: float,
     answers = []  # type: List[Dict[str, Any]]
     fd = child.stdout.fileno()
     done = False
-    while len(answers) < len(ops) and len(buf) < MAX_ANSWER_BYTES:
+    pending = None  # type: Optional[Dict[str, Any]]
+    cap = MAX_ANSWER_BYTES + sum(int(op.get("max_bytes") or 0) for op in ops)
+    while len(answers) < len(ops) and len(buf) < cap:
         left = deadline - time.monotonic()
         if left <= 0:
             break
@@ -111,13 +138,28 @@ def run(ops: List[Dict[str, Any]], timeout_s: float,
             done = True
             break
         buf += chunk
-        while b"\n" in buf and len(answers) < len(ops):
+        while len(answers) < len(ops):
+            if pending is not None:
+                # the raw bytes after a "read" header
+                if len(buf) < pending["bytes"]:
+                    break
+                pending["data"], buf = buf[: pending["bytes"]], buf[pending["bytes"]:]
+                answers.append(pending)
+                pending = None
+                continue
+            if b"\n" not in buf:
+                break
             line, buf = buf.split(b"\n", 1)
             try:
                 doc = json.loads(line.decode("utf-8", "replace"))
             except ValueError:
                 doc = {"error": "unreadable answer"}
-            answers.append(doc if isinstance(doc, dict) else {"error": "unreadable answer"})
+            if not isinstance(doc, dict):
+                doc = {"error": "unreadable answer"}
+            if isinstance(doc.get("bytes"), int) and ops[len(answers)]["op"] == "read":
+                pending = doc
+                continue
+            answers.append(doc)
     if len(answers) == len(ops) or done:
         try:
             child.wait(timeout=max(0.05, deadline - time.monotonic()))

@@ -280,8 +280,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                                 hard_deadline - time.monotonic())))
         for r in py_targets:
             st_now = procfs.stat(r.pid, cfg.proc_root)
-            if st_now is None or st_now["state"] in ("Z", "X"):
-                continue  # gone during the window: finish() records it
+            if st_now is None or st_now["state"] in ("Z", "X") or not r.same_process(st_now):
+                continue  # gone during the window (or its pid reused): finish() records it
             futures["dumpB:%d" % r.pid] = pool.submit(
                 pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(st_now["state"]),
                 native=False, with_locals=False, sudo=cfg.sudo)
@@ -302,7 +302,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
     if log_paths:
         probe_log.read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline, log_end,
-                           log_ids)
+                           log_ids, ["%s/%d/fd/" % (proc, r.pid) for r in readers
+                                     if r.record.get("pid_reused")])
     if log_format and "log" in snap:
         snap["log"]["tail"] = container_runtime.decode_log_lines(snap["log"]["tail"], log_format)
         snap["log"]["format"] = log_format
@@ -326,7 +327,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         b = results.get("dumpB:%d" % r.pid)
         if not isinstance(a, dict):
             a = {"status": "timeout", "error": "py-spy dump not finished by the deadline"}
-        if isinstance(b, dict):
+        if isinstance(b, dict) and not r.record.get("pid_reused"):
             a = pyspy.merge_samples(a, b, round(t_window_end - t_start, 3))
         stacks[str(r.pid)] = a
         if a.get("status") == "ok":

@@ -278,6 +278,11 @@ class ProcReader:
         rec["role"] = _role_of(self.pid, self.root, rec.get("cmdline") or [], str(rec.get("name")),
                                listen, rec.get("rank"), bool(rec.get("is_torch_distributed")))
 
+    def same_process(self, st: Optional[Dict[str, Any]]) -> bool:
+        """Whether ``st`` (a later /proc/PID/stat) is still the process read at the start: a
+        pid is one process only while its start time is (the kernel reuses pids)."""
+        return st is not None and self.a is not None and st["starttime"] == self.a["starttime"]
+
     def finish(self, window_s: float) -> None:
         rec, proc, pid = self.record, self.proc, self.pid
         if self.a is None:
@@ -285,6 +290,13 @@ class ProcReader:
         b = procfs.stat(pid, proc)
         if b is None:
             rec.update({"alive": False, "status_end": "X", "exit_info": "exited during the window"})
+            return
+        if not self.same_process(b):
+            # the pid now names another process: the one diagnosed is gone, and nothing read
+            # from the newcomer is its
+            rec.update({"alive": False, "status_end": "X", "pid_reused": True,
+                        "exit_info": "exited during the window (its pid now names another "
+                                     "process, started later)"})
             return
         cpu_a = (int(self.a["utime"]) + int(self.a["stime"])) / procfs.CLK_TCK
         cpu_b = (int(b["utime"]) + int(b["stime"])) / procfs.CLK_TCK

@@ -128,7 +128,7 @@ def _read_documents(
             raise
         except Exception as exc:  # the parser's own InputError may not subclass ours
             raise InputError(f"{p}: {exc}", "give a readable text file, or - for standard input") from None
-        kind = sniff_json_document(text)
+        kind = sniff_json_document(text, name)
         if kind == "snapshot":
             snapshots.extend(load_snapshot_text(text, name, redact=redact))
         elif kind == "analysis":

@@ -179,3 +179,59 @@ def test_watch_log_lines_hide_url_credentials() -> None:
     Logger(stream=buf)("health failing: http://u:FormWatch42@127.0.0.1:9/health?access_token="
                        "FormWatch43 refused")
     assert "FormWatch42" not in buf.getvalue() and "FormWatch43" not in buf.getvalue()
+
+
+CANARY_SERVER = r'''
+import http.server, json, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.path.startswith("/v1/models")
+        body = json.dumps({"data": [{"id": "m"}]}).encode() if ok else b"warming up"
+        self.send_response(200 if ok else 503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        # echoes the key it was sent, bare, as some front ends do
+        body = ("invalid api key %s" % self.headers.get("Authorization").split()[-1]).encode()
+        self.send_response(401)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a):
+        pass
+s = http.server.HTTPServer(("127.0.0.1", 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+'''
+
+
+def test_r07_the_canarys_error_body_never_carries_our_key_and_a_401_is_not_hung(
+        tmp_path: Path) -> None:
+    """Before: the 401 body echoing our --api-key went into the reports unredacted, and the
+    refused canary was read as 'no answer' (HUNG). After: our key is scrubbed wherever it
+    recurs, and an HTTP answer is an answer."""
+    server = subprocess.Popen([sys.executable, "-c", CANARY_SERVER], stdout=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert server.stdout is not None
+        port = server.stdout.readline().strip()
+        assert port.isdigit()
+        snap = tmp_path / "s.json"
+        proc, _ = run_cli("diagnose", "localhost", "--pid", str(server.pid), "--window", "1",
+                          "--no-gpu", "--probe-generate", "--api-key", "R07ourKey0099",
+                          "--save-snapshot", str(snap), "--json")
+        no_traceback(proc)
+        for label, text in (("snapshot", snap.read_text()), ("stdout", proc.stdout),
+                            ("stderr", proc.stderr)):
+            assert "R07ourKey0099" not in text, label
+        canary = json.loads(snap.read_text())["engine_progress"]["canary"]
+        assert canary["code"] == 401 and "invalid api key" in canary["error"], canary
+        # an HTTP answer is an answer: not "no answer", not work stuck in flight
+        assert "no answer: HTTP 401" not in proc.stdout
+        assert "canary got no answer" not in proc.stdout
+        assert "refused, not hung" in proc.stdout
+    finally:
+        server.kill()
+        server.wait()

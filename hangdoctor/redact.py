@@ -29,7 +29,7 @@ _SECRET_KEY = re.compile(
     r"(TOKEN|SECRET|PASSW(OR)?D|PASSWD|PWD$|CREDENTIAL|API_?KEY|ACCESS_?KEY|PRIVATE_?KEY|"
     r"(^|_)KEY($|_)|AUTH|COOKIE|SESSION_?ID|SIGNATURE|DSN$|CONN(ECTION)?_?STR|"
     r"^AWS_|^AZURE_CLIENT|^GOOGLE_APPLICATION_CREDENTIALS$|^GCP_|^WANDB_API|^HF_HUB_TOKEN$|"
-    r"(^|_)PASS($|_)|PASSPHRASE|SSHPASS|PASSWORD)",
+    r"(^|_)PASS($|_)|PASSPHRASE|SSHPASS|PASSWORD|(^|_)CREDS?($|_))",
     re.IGNORECASE,
 )
 # Keys that match the pattern above but are known to be harmless and useful in a report.

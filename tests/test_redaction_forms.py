@@ -235,3 +235,39 @@ def test_r07_the_canarys_error_body_never_carries_our_key_and_a_401_is_not_hung(
     finally:
         server.kill()
         server.wait()
+
+
+LOCALS_SERVER = r'''
+import time
+def serve():
+    config = {"accessToken": "L5camelLocal01x", "clientSecret": "L5camelLocal02x", "port": 8000}
+    creds = ("admin", "L5tupleLocal03x")
+    auth = ("svc", "L5tupleLocal04x")
+    print("ready", flush=True)
+    time.sleep(300)
+serve()
+'''
+
+
+def test_l5_locals_keep_no_camelcase_or_tuple_credentials(tmp_path: Path) -> None:
+    """`diagnose --locals` (py-spy's locals): a dict with camelCase secret keys and credential
+    tuples under `creds` / `auth`. Before: kept in the snapshot."""
+    server = subprocess.Popen([sys.executable, "-c", LOCALS_SERVER], stdout=subprocess.PIPE,
+                              stdin=subprocess.DEVNULL, text=True)
+    try:
+        assert server.stdout is not None and server.stdout.readline().strip() == "ready"
+        snap = tmp_path / "s.json"
+        proc, _ = run_cli("diagnose", "localhost", "--pid", str(server.pid), "--window", "0",
+                          "--no-gpu", "--locals", "--save-snapshot", str(snap), "--json")
+        no_traceback(proc)
+        text = snap.read_text()
+        stacks = json.loads(text)["stacks"][str(server.pid)]
+        if stacks.get("status") != "ok":
+            pytest.skip(f"py-spy could not dump here: {stacks.get('error')}")
+        assert "serve" in text and "locals" in text
+        for secret in ("L5camelLocal01x", "L5camelLocal02x", "L5tupleLocal03x", "L5tupleLocal04x"):
+            assert secret not in text + proc.stdout, secret
+        assert "8000" in text  # what is not a secret stays
+    finally:
+        server.kill()
+        server.wait()

@@ -271,3 +271,38 @@ def test_l5_locals_keep_no_camelcase_or_tuple_credentials(tmp_path: Path) -> Non
     finally:
         server.kill()
         server.wait()
+
+
+PORT_SERVER = r'''
+import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(1)
+print(s.getsockname()[1], flush=True)
+time.sleep(300)
+'''
+
+
+def test_l1_a_command_line_is_redacted_before_it_is_cut(tmp_path: Path) -> None:
+    """`diagnose localhost --port P` names the server by its port; its command line was cut to
+    300 characters before redaction, so a token across the cut kept its first half (too short
+    for its pattern). Now redacted first, then cut at a word."""
+    token = "hf_" + "L1cutToken" * 4
+    # the cut at 300 characters falls 12 characters into the token
+    pad = "x" * (300 - 12 - len(" ".join([sys.executable, "-c", PORT_SERVER])) - 2)
+    server = subprocess.Popen([sys.executable, "-c", PORT_SERVER, pad, token], stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        port = server.stdout.readline().strip()
+        snap = tmp_path / "s.json"
+        proc, _ = run_cli("diagnose", "localhost", "--port", port, "--window", "0", "--no-gpu",
+                          "--save-snapshot", str(snap), "--json")
+        no_traceback(proc)
+        text = snap.read_text() + proc.stdout + proc.stderr
+        found = json.loads(snap.read_text())["targets"]["discovery"]
+        assert found and found[0]["pid"] == server.pid, found
+        assert "L1cutTok" not in text  # not even the half before the cut
+    finally:
+        server.kill()
+        server.wait()

@@ -370,12 +370,20 @@ _KNOWN_RE = [None]  # type: List[Any]
 MIN_KNOWN_LEN = 8  # shorter values are too likely to be ordinary words and numbers
 
 
-def learn(value: str) -> None:
-    """Remember a secret value, so that every later redaction scrubs it wherever it recurs."""
+def learn(value: str, always: bool = False) -> None:
+    """Remember a secret value, so that every later redaction scrubs it wherever it recurs.
+
+    Only values shaped like a credential are remembered (letters and digits mixed, or 16
+    characters and more, no spaces): ``session=interactive`` must not blank out the word
+    "interactive" in every report. ``always``: our own --api-key, remembered as it is."""
     value = (value or "").strip().strip("'\"")
     if len(value) < MIN_KNOWN_LEN or len(value) > 4096 or MASK in value or value in _KNOWN:
         return
     if _HARMLESS_VALUE.match(value) or value.isdigit():
+        return
+    shaped = " " not in value and (
+        len(value) >= 16 or (any(c.isdigit() for c in value) and any(c.isalpha() for c in value)))
+    if not (always or shaped):
         return
     _KNOWN.add(value)
     _KNOWN_RE[0] = re.compile("|".join(re.escape(v) for v in sorted(_KNOWN, key=len, reverse=True)))

@@ -306,3 +306,12 @@ def test_l1_a_command_line_is_redacted_before_it_is_cut(tmp_path: Path) -> None:
     finally:
         server.kill()
         server.wait()
+
+
+def test_ordinary_words_after_a_secret_label_are_not_learnt() -> None:
+    """A learnt value is scrubbed everywhere: only credential-shaped ones are learnt."""
+    redact.redact_text("session=interactive auth=disabled token=unlimited")
+    assert redact.redact_text("an interactive session, auth disabled") == \
+        "an interactive session, auth disabled"
+    redact.redact_text("token=Zq81mmPq0xLL")
+    assert "Zq81mmPq0xLL" not in redact.redact_text("echo Zq81mmPq0xLL")

@@ -85,7 +85,7 @@ def generate(port: int, ip: str, api_key: Optional[str], timeout_s: float) -> Di
     if res["error"]:
         # the server's error body may echo what we sent (our --api-key): never kept raw
         if api_key:
-            redact.learn(api_key)
+            redact.learn(api_key, always=True)
         res["error"] = redact.scrub_known(redact.redact_text(res["error"]))
         if api_key and api_key in res["error"]:
             res["error"] = res["error"].replace(api_key, redact.MASK)

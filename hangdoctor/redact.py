@@ -250,6 +250,8 @@ def _mask_labelled(m: Any) -> str:
     value = m.group(3) or m.group(4) or m.group(5) or ""
     if _HARMLESS_VALUE.match(value) or MASK in value:
         return m.group(0)
+    if m.group(5) and len(value) <= 3 and value.isalpha():
+        return m.group(0)  # prose ("the user and key: ssh -i ..."), not a credential
     if value[:1] in ("[", "{") or value.lower() in ("bearer", "basic", "token"):
         return m.group(0)
     if re.match(r"(?i)(?:bearer|basic|token)\s", value):

@@ -259,3 +259,28 @@ def test_r15_analyze_folder_does_not_follow_links_out_of_it(tmp_path: Path) -> N
     assert "netrc" not in proc.stdout
     assert proc.returncode not in (2, 4), proc.stderr
     assert "inside.log" in proc.stdout
+
+
+def test_r02_a_dockerd_of_another_user_names_no_data_root(arena: Path) -> None:
+    """Any user can start a process named dockerd with a --data-root of their own, whose
+    config.v2.json names a LogPath read as root. Only root's dockerd is believed."""
+    from hangdoctor.collect import container_runtime
+
+    evil_root = arena / "svc" / "evil-root"
+    link = arena / "bin"
+    link.mkdir()
+    link.chmod(0o755)
+    os.symlink("/bin/sh", link / "dockerd")  # comm is the executable's name: "dockerd"
+    proc = subprocess.Popen([str(link / "dockerd"), "-c", "sleep 60; :", "--data-root",
+                             str(evil_root)],
+                            user=NOBODY, group=NOBODY, extra_groups=[], cwd="/",
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        time.sleep(0.3)
+        assert proc.poll() is None
+        assert open(f"/proc/{proc.pid}/comm").read() == "dockerd\n"
+        assert str(evil_root) not in container_runtime.docker_roots()
+    finally:
+        os.killpg(proc.pid, 9)  # its own group: the shell and its sleep
+        proc.wait()

@@ -171,3 +171,18 @@ def test_l4_a_paste_of_repeated_hostile_lines_is_read_in_seconds(tmp_path: Path)
     assert proc.returncode not in (1, 2), proc.stderr
     assert wall < 60, wall
     assert rss < RSS_BUDGET_MIB
+
+
+def test_a_short_commands_output_is_capped() -> None:
+    """`docker inspect` / `docker logs` / `kubectl get` ran through communicate(), uncapped: a
+    runtime or a server that logged one endless line filled memory until the timeout."""
+    import asyncio
+
+    from hangdoctor.target import exec_pipe
+
+    t0 = time.monotonic()
+    rc, out, err = asyncio.run(exec_pipe.run_command(["sh", "-c", "yes " + "A" * 100], 60))
+    assert len(out) == exec_pipe.MAX_COMMAND_BYTES and rc != 0
+    assert time.monotonic() - t0 < 30
+    rc, out, err = asyncio.run(exec_pipe.run_command(["sh", "-c", "echo hi; echo e >&2; exit 3"], 10))
+    assert (rc, out, err) == (3, b"hi\n", b"e\n")

@@ -46,6 +46,7 @@ from hangdoctor.target.runtime_facts import host_kernel_log, merge_runtime_facts
 DEFAULT_START_TIMEOUT_S = 15.0
 MAX_STDOUT_BYTES = bounded.MAX_JSON_BYTES  # the snapshot is one JSON line on stdout
 MAX_STDERR_LINE = 16384  # bytes of one stderr line kept; the rest of it is dropped
+MAX_COMMAND_BYTES = 32 << 20  # of each stream of a short command (inspect, logs, get)
 DEFAULT_MARGIN_S = 5.0
 STDERR_TAIL_BYTES = 2048
 
@@ -541,8 +542,27 @@ async def run_command(
         start_new_session=True,
         env=env,
     )
+    async def capped(stream: Any) -> bytes:
+        # a byte cap on each stream (`docker logs` of a server that logged one 1 GB line):
+        # past it the command is stopped and what came is kept
+        buf = bytearray()
+        while True:
+            chunk = await stream.read(1 << 16)
+            if not chunk:
+                return bytes(buf)
+            buf.extend(chunk[: max(0, MAX_COMMAND_BYTES - len(buf))])
+            if len(buf) >= MAX_COMMAND_BYTES:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                return bytes(buf)
+
+    async def both() -> tuple[bytes, bytes]:
+        out, err = await asyncio.gather(capped(proc.stdout), capped(proc.stderr))
+        await proc.wait()
+        return out, err
+
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+        out, err = await asyncio.wait_for(both(), timeout_s)
     except (asyncio.TimeoutError, TimeoutError, asyncio.CancelledError):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)

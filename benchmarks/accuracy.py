@@ -10,8 +10,16 @@ file> --json`` would: the same reading, parsing, checks and triage (in-process f
 ``truth.txt`` never reach the analysis.
 
 Scoring (the corpus README): top-1 when the first ranked cause is line 1 of truth.txt; top-3 when
-line 1 or line 2 is among the first three. For ``other: NAME`` line 1 matches only a cause id equal
-to NAME, so in practice line 2 is the only id that can match.
+line 1 or line 2 is among the first three. An ``other: NAME`` case is scored only by its
+alternative id (line 2): top-1 when that id is first, top-3 when it is among the first three. NAME
+itself never matches, so a cause id named after a case's label earns nothing.
+
+Batches: cases are grouped by the first letter of their folder, two letters a batch (``a+b``,
+``c+d``, …), the order in which the corpus grew; each batch and the whole corpus get a row.
+
+``--loso`` (leave one source out): each case is scored with the rules and known issues that were
+written from it switched off (their ``written_from`` names the case), so the knowledge is measured
+on cases it was not written from.
 """
 
 from __future__ import annotations
@@ -88,34 +96,49 @@ def analyse_subprocess(paths: list[str]) -> dict[str, Any]:
 
 
 def _matches(cause_id: str, want: str | None) -> bool:
-    if want is None:
-        return False
-    if want.startswith("other:"):
-        return cause_id == want.split(":", 1)[1].strip()
+    if want is None or want.startswith("other:"):
+        return False  # an 'other:' label is no cause id: only the alternative can match
     return cause_id == want
 
 
+def batch_of(case: str) -> str:
+    """``a+b`` for a case folder starting with a or b, ``c+d`` for c or d, and so on."""
+    first = os.path.basename(case)[:1].lower()
+    if not ("a" <= first <= "z"):
+        return "other"
+    i = (ord(first) - ord("a")) // 2 * 2
+    return f"{chr(ord('a') + i)}+{chr(ord('a') + i + 1)}"
+
+
 def score_case(case_dir: str, subprocess_mode: bool = False,
-               paths: list[str] | None = None) -> dict[str, Any]:
+               paths: list[str] | None = None, loso: bool = False) -> dict[str, Any]:
     """One case scored; ``paths`` replaces its evidence files (benchmarks/perturb.py passes
-    rewritten copies)."""
+    rewritten copies); ``loso`` switches off the knowledge written from this case."""
+    from contextlib import nullcontext
+
+    from hangdoctor.knowledge import matcher
+
     truth, alt = read_truth(case_dir)
     paths = evidence_files(case_dir) if paths is None else paths
     t0 = time.perf_counter()
     error = None
     analysis: dict[str, Any] = {}
+    held = matcher.holding_out([os.path.basename(os.path.normpath(case_dir))]) if loso else nullcontext()
     try:
-        analysis = analyse_subprocess(paths) if subprocess_mode else analyse_in_process(paths)
+        with held:
+            analysis = analyse_subprocess(paths) if subprocess_mode else analyse_in_process(paths)
     except Exception as e:  # noqa: BLE001 - a crash is a result to report, not a stop
         error = f"{type(e).__name__}: {e}"
     elapsed_s = time.perf_counter() - t0
     causes = analysis.get("causes") or []
     ranked = [(c["id"], c.get("score"), c.get("confidence")) for c in causes]
     ids = [c[0] for c in ranked]
-    top1 = bool(ids) and _matches(ids[0], truth)
+    want1 = alt if truth.startswith("other:") else truth
+    top1 = bool(ids) and _matches(ids[0], want1)
     top3 = any(_matches(i, truth) or _matches(i, alt) for i in ids[:3])
     return {
         "case": os.path.basename(case_dir),
+        "batch": batch_of(case_dir),
         "truth": truth,
         "alternative": alt,
         "ranked": ranked[:5],
@@ -144,7 +167,16 @@ def summarise(results: list[dict[str, Any]]) -> dict[str, Any]:
             per_level[r["confidence"]]["cases"] += 1
             per_level[r["confidence"]]["right"] += r["top1"]
     times = sorted(r["elapsed_s"] for r in results)
+    batches: dict[str, dict[str, int]] = {}
+    for r in results:
+        b = batches.setdefault(r.get("batch") or batch_of(r["case"]),
+                               {"cases": 0, "top1": 0, "top3": 0, "no_cause": 0})
+        b["cases"] += 1
+        b["top1"] += r["top1"]
+        b["top3"] += r["top3"]
+        b["no_cause"] += int(not r["ranked"] and not r["error"])
     return {
+        "batches": dict(sorted(batches.items())),
         "cases": n,
         "top1": sum(r["top1"] for r in results),
         "top3": sum(r["top3"] for r in results),
@@ -165,11 +197,16 @@ def _pct(a: int, b: int) -> str:
 def markdown(summary: dict[str, Any], results: list[dict[str, Any]], corpus_name: str) -> str:
     s = summary
     out = [
-        "| corpus | cases | top-1 | top-3 | crashes | slowest case | median |",
-        "|---|---|---|---|---|---|---|",
+        "| corpus | cases | top-1 | top-3 | no cause | crashes | slowest case | median |",
+        "|---|---|---|---|---|---|---|---|",
         f"| {corpus_name} | {s['cases']} | {_pct(s['top1'], s['cases'])} | "
-        f"{_pct(s['top3'], s['cases'])} | {s['crashes']} | {s['max_s']:.2f} s | "
+        f"{_pct(s['top3'], s['cases'])} | {s['no_cause']} | {s['crashes']} | {s['max_s']:.2f} s | "
         f"{s['median_s']:.2f} s |",
+    ]
+    for name, b in (s.get("batches") or {}).items():
+        out.append(f"| {name} | {b['cases']} | {_pct(b['top1'], b['cases'])} | "
+                   f"{_pct(b['top3'], b['cases'])} | {b['no_cause']} | | | |")
+    out += [
         "",
         f"Time per case: {s.get('mode', 'in-process')}"
         + (f", after a start-up of {s['start_up_s']:.2f} s" if s.get("start_up_s") else "") + ".",
@@ -208,12 +245,15 @@ def warm_up() -> float:
     return time.perf_counter() - t0
 
 
-def run(corpus: str, subprocess_mode: bool = False) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+def run(corpus: str, subprocess_mode: bool = False, loso: bool = False,
+        batch: str | None = None) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     start_s = 0.0 if subprocess_mode else warm_up()
-    results = [score_case(c, subprocess_mode) for c in cases_of(corpus)]
+    cases = [c for c in cases_of(corpus) if batch is None or batch_of(c) == batch]
+    results = [score_case(c, subprocess_mode, loso=loso) for c in cases]
     summary = summarise(results)
     summary["start_up_s"] = round(start_s, 3)
-    summary["mode"] = "subprocess (the CLI per case)" if subprocess_mode else "in-process"
+    summary["mode"] = ("subprocess (the CLI per case)" if subprocess_mode else "in-process") + (
+        ", leave-one-source-out" if loso else "")
     return summary, results
 
 
@@ -223,12 +263,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", metavar="FILE", help="write the tables as Markdown ('-': stdout)")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("--subprocess", action="store_true", help="run the hangdoctor CLI per case")
+    ap.add_argument("--loso", action="store_true",
+                    help="leave one source out: switch off the rules written from the case scored")
+    ap.add_argument("--batch", metavar="X+Y", help="score one batch only (a+b, c+d, ...)")
     args = ap.parse_args(argv)
     if not os.path.isdir(args.corpus) or not cases_of(args.corpus):
         print(f"accuracy: {args.corpus}: no cases (folders with truth.txt) there", file=sys.stderr)
         return 2
     sys.path.insert(0, ROOT)
-    summary, results = run(args.corpus, args.subprocess)
+    summary, results = run(args.corpus, args.subprocess, loso=args.loso, batch=args.batch)
     if args.json:
         print(json.dumps({"summary": summary, "cases": results}, indent=1))
     else:
@@ -242,6 +285,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\ntop-1 {_pct(s['top1'], s['cases'])}  top-3 {_pct(s['top3'], s['cases'])}  "
               f"crashes {s['crashes']}  no cause {s['no_cause']}  slowest {s['max_s']:.2f} s  "
               f"median {s['median_s']:.2f} s  ({s['mode']}; start-up {s['start_up_s']:.2f} s once)")
+        for name, b in s["batches"].items():
+            print(f"  batch {name}: top-1 {_pct(b['top1'], b['cases'])}  top-3 {_pct(b['top3'], b['cases'])}"
+                  f"  no cause {b['no_cause']}")
         for lv in LEVELS:
             pl = s["per_confidence"][lv]
             print(f"  first cause at {lv:6} confidence: right {_pct(pl['right'], pl['cases'])}")
@@ -250,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         if s["over_limit"]:
             print(f"  over {TIME_LIMIT_S:.0f} s: {', '.join(s['over_limit'])}")
     if args.markdown:
-        md = markdown(summary, results, os.path.basename(os.path.normpath(args.corpus)))
+        md = markdown(summary, results, "all" if args.batch is None else args.batch)
         if args.markdown == "-":
             sys.stdout.write(md)
         else:

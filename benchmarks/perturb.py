@@ -48,6 +48,48 @@ VARIANTS: dict[str, Callable[[str], str]] = {
 }
 
 
+# Semantic rewrites: the same evidence as people re-tell it, not only re-wrapped.
+_LEVEL = re.compile(r"\b(?:ERROR|WARN(?:ING)?|CRITICAL|FATAL)\b|Error\b|Exception\b|Traceback|timed? ?out|Killed")
+
+
+def _summarised(text: str) -> str:
+    """What a poster keeps of a long log: the warning and error lines, and the last 15 lines."""
+    lines = text.split("\n")
+    keep = [ln for ln in lines[:-15] if _LEVEL.search(ln)]
+    return "\n".join(keep + ["..."] + lines[-15:])
+
+
+def _per_rank(text: str) -> str:
+    """Labelled per rank by the poster: the evidence given twice, under 'rank 0:' and 'rank 1:'."""
+    return "rank 0:\n" + text.rstrip("\n") + "\n\nrank 1:\n" + text
+
+
+def _annotated(text: str) -> str:
+    """The poster's own notes between the lines: a heading and a sentence about where it stops."""
+    lines = text.rstrip("\n").split("\n")
+    return ("Here is what we see on the node (the server stops answering after this):\n\n"
+            + "\n".join(lines) + "\n\nAfter the last line above nothing else is printed, and the GPUs stay idle.\n")
+
+
+def _tabulated(text: str) -> str:
+    """Pasted into a Markdown table, one line a row (as some issue templates ask)."""
+    rows = ["| # | output |", "|---|---|"]
+    for i, ln in enumerate(text.split("\n")):
+        if ln.strip():
+            cell = ln.replace("|", "\\|")
+            rows.append(f"| {i + 1} | {cell} |")
+    return "\n".join(rows) + "\n"
+
+
+SEMANTIC: dict[str, Callable[[str], str]] = {
+    "summarised (errors + last 15)": _summarised,
+    "labelled per rank": _per_rank,
+    "annotated by the poster": _annotated,
+    "tabulated (Markdown rows)": _tabulated,
+}
+VARIANTS.update(SEMANTIC)
+
+
 def one_file(case: str, out: str) -> None:
     """All evidence of a case in one file, each part under its file name (one paste)."""
     with open(out, "w", encoding="utf-8") as f:

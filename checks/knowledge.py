@@ -24,11 +24,12 @@ def _summary(m: matcher.Match) -> str:
     return text
 
 
-def _signals(m: matcher.Match, kind: str) -> list[Signal]:
+def _signals(m: matcher.Match, kind: str, view: matcher.View | None = None) -> list[Signal]:
     e = m.entry
     symptom = bool(e.get("symptom"))
     cap = matcher.SYMPTOM_CAP if symptom else 0.95
-    ref = [f"{kind}:{e['id']}"] + (["symptom"] if symptom else [])
+    ref = [f"{kind}:{e['id']}"] + (["symptom"] if symptom else []) + (
+        ["risk"] if matcher.is_risk_factor(e, m, view) else [])
     out = []
     if float(e["weight"]) > 0:  # a rule may only speak against (weight 0)
         out.append(support(e["cause"], min(cap, float(e["weight"])), _summary(m), refs=list(ref)))
@@ -74,9 +75,9 @@ def knowledge_rules(ev: Evidence):
         return cleared("no rule or known issue matched the evidence", facts=env_facts)
     signals: list[Signal] = []
     for m in rule_hits:
-        signals.extend(_signals(m, "rule"))
+        signals.extend(_signals(m, "rule", view))
     for m in issue_hits:
-        sig = _signals(m, "known-issue")
+        sig = _signals(m, "known-issue", view)
         if sig:
             sig[0].text = _known(m)["text"] + f" ({m.entry['summary']})"
         signals.extend(sig)

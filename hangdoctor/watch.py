@@ -40,6 +40,7 @@ class Health:
 
     ok: bool
     detail: str
+    verdict: dict | None = None  # the progress verdict of this poll (progress mode), for metrics
 
 
 _IN_FLIGHT: list = []  # the connection of the poll in progress, for abort_poll()
@@ -227,6 +228,7 @@ def watch_loop(
     log: Logger,
     max_incidents: int | None = None,
     clock: Callable[[], float] = time.monotonic,
+    on_poll: Callable[[Health, IncidentTracker, float], None] | None = None,
 ) -> int:
     """Poll until ``stop`` is set or ``max_incidents`` incidents were handled; return the count.
 
@@ -242,6 +244,8 @@ def watch_loop(
         event = tracker.observe(health.ok, now)
         if not health.ok:
             last_detail = health.detail
+        if on_poll is not None:
+            on_poll(health, tracker, now)
         if event == "up":
             log(f"healthy ({health.detail})")
         elif event == "down":
@@ -252,6 +256,8 @@ def watch_loop(
             failing_s = tracker.failing_for_s(now)
             log(f"unhealthy for {failing_s:.1f} s ({last_detail}): incident {tracker.incidents}")
             on_incident(failing_s, last_detail)
+            if on_poll is not None:  # the incident count moved: publish it now, not a poll later
+                on_poll(health, tracker, clock())
             if max_incidents is not None and tracker.incidents >= max_incidents:
                 log(f"handled {tracker.incidents} incident(s): done")
                 break
@@ -263,3 +269,110 @@ def watch_loop(
         next_poll = max(next_poll + interval_s, clock())
         stop.wait(max(0.0, next_poll - clock()))
     return tracker.incidents
+
+
+# ------------------------------------------------------------------ metrics out
+# The probe convention's codes, also exported: 0 ok, 1 warning, 2 critical, 3 unknown.
+STATUS_CODE = {"ok": 0, "warning": 1, "critical": 2, "unknown": 3}
+METRIC_HELP = {
+    "hangdoctor_up": ("gauge", "1 when the watched server answered the last poll"),
+    "hangdoctor_status": ("gauge", "the last poll's verdict: 0 ok, 1 warning, 2 critical, 3 unknown"),
+    "hangdoctor_state": ("gauge", "1 for the state the last poll found"),
+    "hangdoctor_work_pending": ("gauge", "1 when requests are running, queued or connected"),
+    "hangdoctor_seconds_since_progress": ("gauge", "seconds work has been pending with no progress (0: moving or idle)"),
+    "hangdoctor_failing_seconds": ("gauge", "seconds the server has failed the watch's condition"),
+    "hangdoctor_incidents_total": ("counter", "incidents handled (snapshot taken, --then run) since watch started"),
+    "hangdoctor_last_poll_timestamp_seconds": ("gauge", "when the last poll ended (Unix time)"),
+    "hangdoctor_process_up": ("gauge", "1 while the process (a rank, the engine core, the API server) is alive"),
+    "hangdoctor_process_cpu_seconds_total": ("counter", "CPU time of the process"),
+}
+STATE_NAMES = ("idle", "progressing", "pending", "stalling", "slow", "not-answering", "hung",
+               "unhealthy", "dead", "unknown")
+
+
+def _number(value: float) -> str:
+    """Every digit kept (``%g`` would turn a Unix time into 1.8e+09)."""
+    return str(int(value)) if value.is_integer() and abs(value) < 1e15 else repr(value)
+
+
+def _label(value: object) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def render_metrics(target: str, health: Health, incidents: int, failing_s: float, at: float) -> str:
+    """The Prometheus text exposition of one poll (the textfile and ``/metrics`` serve it)."""
+    v = health.verdict or {}
+    status = v.get("status") or ("ok" if health.ok else "critical")
+    state = v.get("state") or ("idle" if health.ok else "not-answering")
+    if v:
+        answered = v.get("health") is None or v["health"].get("code") is not None
+    else:
+        answered = health.ok
+    t = f'target="{_label(target)}"'
+    rows: list[tuple[str, str, float]] = [
+        ("hangdoctor_up", t, 1.0 if answered else 0.0),
+        ("hangdoctor_status", t, float(STATUS_CODE.get(status, 3))),
+    ]
+    rows += [("hangdoctor_state", f'{t},state="{s}"', 1.0 if s == state else 0.0) for s in STATE_NAMES]
+    if v:
+        rows.append(("hangdoctor_work_pending", t, 1.0 if v.get("work_pending") else 0.0))
+        rows.append(("hangdoctor_seconds_since_progress", t, float(v.get("seconds_since_progress") or 0.0)))
+    rows += [
+        ("hangdoctor_failing_seconds", t, round(failing_s, 3)),
+        ("hangdoctor_incidents_total", t, float(incidents)),
+        ("hangdoctor_last_poll_timestamp_seconds", t, round(at, 3)),
+    ]
+    for p in v.get("processes") or []:
+        lab = f'{t},pid="{p["pid"]}",name="{_label(p.get("name") or "")}"'
+        rows.append(("hangdoctor_process_up", lab, 1.0 if p.get("alive") else 0.0))
+        if p.get("cpu_s") is not None:
+            rows.append(("hangdoctor_process_cpu_seconds_total", lab, float(p["cpu_s"])))
+    out: list[str] = []
+    for name, (kind, text) in METRIC_HELP.items():
+        mine = [r for r in rows if r[0] == name]
+        if not mine:
+            continue
+        out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
+        out += [f"{name}{{{labels}}} {_number(value)}" for _n, labels, value in mine]
+    return "\n".join(out) + "\n"
+
+
+def write_textfile(path: str, text: str) -> None:
+    """Replace ``path`` atomically: node-exporter never reads half a file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+class MetricsServer:
+    """``GET /metrics`` (any path) answers the last poll's text, from a daemon thread."""
+
+    def __init__(self, host: str, port: int) -> None:
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        owner = self
+        self.text = "# no poll yet\n"
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 (the stdlib's name)
+                body = owner.text.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *_args: object) -> None:  # scrapes are not news
+                pass
+
+        self.httpd = ThreadingHTTPServer((host, port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = int(self.httpd.server_address[1])
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()

@@ -47,11 +47,16 @@ command -v tmux >/dev/null 2>&1 || apt_missing+=(tmux)
 # A Docker engine: the container tests (tests/docker_tools.py) start dockerd themselves when
 # none answers (data-root and socket under /tmp/hangdoctor-dockerd) and stop it at the end.
 command -v dockerd >/dev/null 2>&1 || apt_missing+=(docker.io)
+# gcc builds the fake libnvidia-ml.so.1 of the GPU-library collector's tests (tests/fakenvml)
+command -v gcc >/dev/null 2>&1 || apt_missing+=(gcc)
 if [ "${#apt_missing[@]}" -gt 0 ]; then
     echo "run-all: apt-get install ${apt_missing[*]}" >&2
     as_root apt-get update -q
     as_root apt-get install -y -q "${apt_missing[@]}"
 fi
+# /dev/fuse: the hung-mount tests (tests/faults/fuse_wedge.py) mount a FUSE file system that
+# never answers; a skip under CI=true fails, so make the device where it is missing
+[ -e /dev/fuse ] || as_root mknod -m 666 /dev/fuse c 10 229 || true
 phase_done "system packages"
 
 # --- virtual environment

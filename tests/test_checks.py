@@ -340,6 +340,27 @@ from test_container_checks import CONTAINER_CASES  # noqa: E402
 CASES.update(CONTAINER_CASES)
 
 
+# the reading side: a poster's sentences (negations) and the libraries' own messages
+def _pasted(text: str):
+    from hangdoctor.parsers.assemble import analyze_inputs
+
+    return lambda: analyze_inputs([("ticket.txt", text)])
+
+
+_STACK_TEXT = ('Process 4242: python -m vllm\nPython v3.11.7 (/usr/bin/python3)\n\n'
+               'Thread 4242 (idle): "MainThread"\n    synchronize (torch/cuda/__init__.py:900)\n')
+CASES["prose.negations"] = (
+    [(_pasted("We checked dmesg on the node and there is no Xid and no OOM killer at all.\n" + _STACK_TEXT), None)],
+    [_pasted("We restarted the server twice and it hangs again after an hour of serving.\n" + _STACK_TEXT)],
+)
+CASES["library.messages"] = (
+    # NCCL's own WARN format ("Cuda failure '%s'", src/include/checks.h), as a rank prints it
+    [(_pasted("node7:4410:4410 [0] transport/p2p.cc:272 NCCL WARN Cuda failure "
+              "'peer access is not supported between these two devices'\n"), "gpu-fault")],
+    [_pasted("node7:4410:4410 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct\n")],
+)
+
+
 def _check(cid: str):
     for c in builtin_checks():
         if c.id == cid:

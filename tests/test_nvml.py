@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import need
 
 from hangdoctor.collect import nvml_records
 from hangdoctor.collect.probe_pack import PROBE_MODULES
@@ -62,8 +63,8 @@ print(json.dumps({"gpus": gpus, "manifest": entry, "result_s": time.monotonic() 
 
 @pytest.fixture(scope="module")
 def libs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    if not fakebuild.gcc_available():
-        pytest.skip("gcc is needed to build the fake libnvidia-ml.so.1")
+    # a skip under CI=true is a failure: tests/run-all.sh installs gcc
+    need(fakebuild.gcc_available(), "gcc (to build the fake libnvidia-ml.so.1)")
     dest = tmp_path_factory.mktemp("fakenvml")
     return {v: fakebuild.build(dest, v) for v in fakebuild.VARIANTS}
 

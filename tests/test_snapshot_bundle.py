@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from conftest import need
 
 from hangdoctor import bundle
 
@@ -242,8 +243,7 @@ def test_dead_pid_gives_the_dead_code_and_a_bundle(tmp_path):
 
 
 def _fake_nvml(tmp_path: Path) -> Path:
-    if shutil.which("gcc") is None:
-        pytest.skip("gcc is needed to build the fake NVML library")
+    need(shutil.which("gcc") is not None, "gcc (to build the fake NVML library)")
     sys.path.insert(0, str(Path(__file__).with_name("fakenvml")))
     try:
         import build as fakenvml_build  # tests/fakenvml/build.py

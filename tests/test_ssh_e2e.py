@@ -119,10 +119,12 @@ def test_ssh_options_style(sshd: SshdServer, hung_process: HungProcess) -> None:
 
 
 def test_remote_without_pyspy_gets_it_uploaded_and_removed(
-    sshd: SshdServer, hung_process: HungProcess
+    sshd: SshdServer, hung_process: HungProcess, tmp_path: Path
 ) -> None:
     before = _pyspy_tmpdirs()
-    target = SshTarget(sshd.alias, config_path=sshd.ssh_config, remote_env={"PATH": BARE_PATH})
+    # an empty py-spy cache of its own: the upload path, whatever earlier runs kept
+    target = SshTarget(sshd.alias, config_path=sshd.ssh_config,
+                       remote_env={"PATH": BARE_PATH, "XDG_CACHE_HOME": str(tmp_path / "cache")})
     snapshot = asyncio.run(target.collect(_config(hung_process.pid)))
     run = target.last_run
     assert run is not None and run.tmpdir and run.tmpdir.startswith("/")
@@ -288,7 +290,7 @@ def test_uploaded_pyspy_is_removed_when_the_probe_hangs(sshd: SshdServer, tmp_pa
         sshd.alias,
         config_path=sshd.ssh_config,
         remote_python=str(hanging),
-        remote_env={"PATH": BARE_PATH},
+        remote_env={"PATH": BARE_PATH, "XDG_CACHE_HOME": str(tmp_path / "cache")},
         connect_timeout_s=2.0,
         margin_s=0.5,
     )

@@ -3,7 +3,7 @@
 Only this package turns errors into messages and exit codes. stdout carries the requested
 output (``--json`` means pure JSON); the terminal summary, progress and errors go to stderr.
 Each command lives in its own ``cmd_<name>`` module; what several commands share lives in
-``options``, ``diagnosis``, ``documents`` and ``prekill``. Dependencies flow one way: this
+``options``, ``diagnosis``, ``documents``, ``nextcmd`` and ``prekill``. Dependencies flow one way: this
 module imports the command modules, they import the shared modules, never the reverse.
 
 Layer: cli; may import: the standard library, click, hangdoctor and hangdoctor.cli's modules.
@@ -18,20 +18,36 @@ from typing import Any
 import click
 
 from hangdoctor import __version__
-from hangdoctor.cli import (
-    cmd_analyze,
-    cmd_checks,
-    cmd_demo,
-    cmd_diagnose,
-    cmd_report,
-    cmd_snapshot,
-    cmd_watch,
-)
 from hangdoctor.cli.options import EXIT_INTERNAL, _err
 from hangdoctor.errors import HangdoctorError
 
+# command name -> (module, attribute). A command's module is imported when that command runs
+# (or for --help): `hangdoctor probe`, run every few seconds by a kubelet, pays for click and
+# itself, not for the analysis and report modules the other commands import (~60 ms of CPU).
+COMMANDS = {
+    "diagnose": ("cmd_diagnose", "diagnose"),
+    "analyze": ("cmd_analyze", "analyze"),
+    "report": ("cmd_report", "report"),
+    "checks": ("cmd_checks", "list_checks"),
+    "demo": ("cmd_demo", "demo"),
+    "snapshot": ("cmd_snapshot", "snapshot"),
+    "watch": ("cmd_watch", "watch"),
+    "probe": ("cmd_probe", "probe"),
+}
+
 
 class _Group(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted(set(super().list_commands(ctx)) | set(COMMANDS))
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in COMMANDS and name not in self.commands:
+            import importlib
+
+            module, attr = COMMANDS[name]
+            self.add_command(getattr(importlib.import_module(f"hangdoctor.cli.{module}"), attr), name)
+        return super().get_command(ctx, name)
+
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
@@ -41,6 +57,12 @@ class _Group(click.Group):
         except KeyboardInterrupt:
             _err("hangdoctor: interrupted")
             ctx.exit(130)
+        except click.UsageError as exc:
+            # click's own form is three lines (usage, a hint, the error); ours is one, with
+            # where to look, as for every other error
+            where = exc.ctx.command_path if exc.ctx is not None else ctx.command_path
+            _err(f"hangdoctor: {exc.format_message().rstrip('.')} (see: {where} --help)")
+            ctx.exit(exc.exit_code)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException, SystemExit):
             raise
         except BrokenPipeError:  # `hangdoctor checks | head`: the reader left, that is fine
@@ -74,9 +96,6 @@ def main() -> None:
     """
 
 
-for _command in (cmd_diagnose.diagnose, cmd_analyze.analyze, cmd_report.report,
-                 cmd_checks.list_checks, cmd_demo.demo, cmd_snapshot.snapshot, cmd_watch.watch):
-    main.add_command(_command)
 
 
 def run() -> None:

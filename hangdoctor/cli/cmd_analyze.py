@@ -43,7 +43,10 @@ def analyze(evidence: tuple[str, ...], output: str | None, fmt: str | None, as_j
 
     check_report_path(output, fmt)
     checks = _load_checks(checks_dirs)
-    snapshots, texts, unrecognised, typed = _read_documents(evidence, redact=not no_redact)
+    notes: list[str] = []
+    snapshots, texts, unrecognised, typed = _read_documents(evidence, redact=not no_redact, notes=notes)
+    for line in notes:
+        _err(f"hangdoctor: {line}")
     if texts:
         from hangdoctor.parsers.assemble import analyze_inputs
 
@@ -55,8 +58,12 @@ def analyze(evidence: tuple[str, ...], output: str | None, fmt: str | None, as_j
             snapshots.append(pasted)
     if unrecognised and not snapshots:
         raise InputError(f"nothing recognised in {', '.join(unrecognised)}", _WHAT_IS_READ)
-    for name in unrecognised:
-        _err(f"hangdoctor: warning: nothing recognised in {name}; left out")
+    if len(unrecognised) > 3:  # a folder's worth: one line, not one per file
+        _err(f"hangdoctor: warning: nothing recognised in {len(unrecognised)} files "
+             f"({', '.join(unrecognised[:3])}, …); left out")
+    else:
+        for name in unrecognised:
+            _err(f"hangdoctor: warning: nothing recognised in {name}; left out")
     analysis = run_analysis(snapshots, checks, command=_command_line())
     mark_unredacted(analysis, snapshots)
     _emit(analysis, output, fmt, as_json, quiet, wide=wide, color=color)

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import click
 
-from hangdoctor.cli.diagnosis import _run_diagnosis
-from hangdoctor.cli.options import _emit, _err, _terminal_options, invoked_as
+from hangdoctor.cli.diagnosis import _run_diagnosis, deadline_for_window
+from hangdoctor.cli.options import _emit, _err, _terminal_options, check_report_path, invoked_as
 from hangdoctor.errors import HangdoctorError
 
 
 @click.command("demo")
-@click.option("-o", "--output", default="hangdoctor-demo.html", show_default=True, type=click.Path(dir_okay=False))
+@click.option("-o", "--output", default="hangdoctor-demo.html", show_default=True, type=click.Path())
 @click.option("--window", type=click.FloatRange(0.2, 60), default=2.0, show_default=True)
 @click.option("--workers", type=click.IntRange(1, 16), default=4, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the analysis as JSON on stdout")
@@ -26,6 +26,7 @@ def demo(output: str, window: float, workers: int, as_json: bool, wide: bool, co
 
     from hangdoctor.scenarios.launch import ScenarioError, start_scenario
 
+    check_report_path(output, None)  # before a server is started for nothing
     prog = invoked_as()
     _err(f"hangdoctor demo: starting a hung server ({workers} workers deadlock after loading)")
     workdir = tempfile.mkdtemp(prefix="hangdoctor-demo-")
@@ -37,9 +38,13 @@ def demo(output: str, window: float, workers: int, as_json: bool, wide: bool, co
             raise HangdoctorError(f"the demo server did not start: {exc}", "run the tests to see what is missing") from None
         # one line: what runs, as it can be run again (the worker pids are in the summary)
         _err(f"hangdoctor demo: running: {prog} diagnose localhost --pid {sc.launcher_pid} --log {sc.log} --window {window:g}")
-        kw = {"pids": [str(sc.launcher_pid)], "log": sc.log, "window": window, "deadline": 45.0}
+        kw = {"pids": [str(sc.launcher_pid)], "log": sc.log, "window": window,
+              "deadline": max(45.0, deadline_for_window(window))}  # the whole window, always
         analysis, _results, wall_s = _run_diagnosis(("localhost",), kw)
         analysis["wall_s"] = round(wall_s, 3)
+        # the demo server is stopped below: the next command is for the user's own server
+        nxt = str(analysis.get("next_command") or "")
+        analysis["next_command"] = nxt.replace(f"--pid {sc.launcher_pid}", "--pid PID") or None
     finally:
         running.stop()
         import shutil

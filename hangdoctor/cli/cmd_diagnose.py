@@ -1,7 +1,7 @@
 """``hangdoctor diagnose``: collect from the host(s), analyse, write the report and the snapshot.
 
 Layer: cli; may import: the standard library, click, hangdoctor and hangdoctor.cli's shared
-modules (options, diagnosis), never another command module.
+modules (options, diagnosis, nextcmd), never another command module.
 """
 
 from __future__ import annotations
@@ -12,9 +12,11 @@ from typing import Any
 
 import click
 
-from hangdoctor.cli.diagnosis import _run_diagnosis
+from hangdoctor.cli.diagnosis import _run_diagnosis, deadline_for_window, window_that_fits
+from hangdoctor.cli.nextcmd import runnable
 from hangdoctor.cli.options import (
     EXIT_CODES_HELP,
+    EXIT_NO_COLLECT,
     _diagnose_options,
     _emit,
     _err,
@@ -23,6 +25,12 @@ from hangdoctor.cli.options import (
     check_report_path,
 )
 from hangdoctor.errors import UsageError
+
+
+def _render_json(analysis: dict[str, Any]) -> str:
+    from hangdoctor.report.render import render_json
+
+    return render_json(analysis)
 
 
 def _given_source_failed(results: list[Any], kw: dict[str, Any]) -> bool:
@@ -47,11 +55,27 @@ def _save_snapshots(path: str, results: list[Any], derived: bool = False) -> Non
         raise UsageError(f"cannot write {path}: {exc.strerror or exc}", "choose a writable path") from None
 
 
+def _fit_window(kw: dict[str, Any]) -> None:
+    """A --window longer than the deadline leaves room for is not cut without a word: without
+    --deadline the deadline grows to hold it; with one, a warning says what will be measured."""
+    window, deadline = float(kw.get("window") or 0.0), float(kw.get("deadline") or 45.0)
+    if window <= 0 or window_that_fits(window, deadline) >= window:
+        return
+    need = deadline_for_window(window)
+    source = click.get_current_context().get_parameter_source("deadline")
+    if source in (None, click.core.ParameterSource.DEFAULT):
+        kw["deadline"] = need
+        return
+    _err(f"hangdoctor: warning: --window {window:g} does not fit in --deadline {deadline:g}: "
+         f"the window is cut to {window_that_fits(window, deadline):.1f} s "
+         f"(--deadline {need:g} or more keeps it whole)")
+
+
 @click.command("diagnose", epilog=EXIT_CODES_HELP)
 @click.argument("hosts", nargs=-1)
 @_diagnose_options
 @_output_options
-@click.option("--save-snapshot", type=click.Path(dir_okay=False), default=None,
+@click.option("--save-snapshot", type=click.Path(), default=None,
               help="save the raw snapshot JSON here (default: next to -o as NAME.snapshot.json)")
 def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
     """Diagnose the inference server(s) on HOST: localhost, [user@]host[:port], an ssh alias,
@@ -71,8 +95,19 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
     if snap_path:
         check_report_path(snap_path, "json", "--save-snapshot" if kw.get("save_snapshot") else
                           f"-o {kw.get('output')}: the snapshot saved next to it,")
+    _fit_window(kw)
     analysis, results, wall_s = _run_diagnosis(hosts, kw)
     analysis["wall_s"] = round(wall_s, 3)
+    given = [int(p) for p in kw.get("pids") or () if str(p).isdigit()]
+    analysis["next_command"] = runnable(analysis.get("next_command"), kw, [r.name for r in results],
+                                        {"": given})
+    if results and all(r.snapshot is None and r.error for r in results):
+        # Nothing reached: each target's one line (what failed, what to do) is on stderr
+        # already; a summary or a report of no evidence would only bury it. --json still
+        # answers with the analysis, whose host results carry the same errors.
+        if kw.get("as_json"):
+            sys.stdout.write(_render_json(analysis) + "\n")
+        sys.exit(EXIT_NO_COLLECT)
     extra = []
     if snap_path and any(r.snapshot for r in results):
         try:
@@ -82,7 +117,10 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
             if not derived:
                 raise
             _err(f"hangdoctor: warning: snapshot not saved: {exc.one_line()}")  # the report still is
+    failures = any(r.error for r in results) or _given_source_failed(results, kw)
+    # the exit code in the document too (diagnose.schema.json): a consumer of the JSON alone
+    # tells "could not collect" from a verdict
+    analysis["exit_code"] = _exit_code(analysis, failures)
     _emit(analysis, kw.get("output"), kw.get("fmt"), kw.get("as_json", False), kw.get("quiet", False), extra,
           wide=kw.get("wide", False), color=kw.get("color") or "auto")
-    failures = any(r.error for r in results) or _given_source_failed(results, kw)
-    sys.exit(_exit_code(analysis, failures))
+    sys.exit(analysis["exit_code"])

@@ -25,7 +25,7 @@ from hangdoctor.errors import InputError, UsageError
 
 @click.command("report", epilog="Without -o: Markdown on stdout (--format json: JSON; --format html: NAME.html).")
 @click.argument("document")
-@click.option("-o", "--output", default=None, type=click.Path(dir_okay=False),
+@click.option("-o", "--output", default=None, type=click.Path(),
               help="report file; the format follows the suffix (.html, .md, .json); - for stdout")
 @click.option("--format", "fmt", type=click.Choice(["html", "json", "md"]), default=None,
               help="report format when -o's suffix does not say, or for stdout")

@@ -40,6 +40,21 @@ def _url_port(url: str) -> int | None:
         return None
 
 
+def _url_path(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    return (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+
+
+def _listen_address(text: str) -> tuple[str, int]:
+    """``PORT`` or ``HOST:PORT`` (default host 127.0.0.1: a scrape from elsewhere is opt-in)."""
+    host, _, port = text.rpartition(":")
+    if not port.isdigit() or not 0 <= int(port) < 65536:
+        raise UsageError(f"--metrics-listen {text!r} is not [HOST:]PORT", "e.g. --metrics-listen 0.0.0.0:9464")
+    return (host.strip("[]") or "127.0.0.1"), int(port)
+
+
 def watch_main(
     host: str,
     url: tuple[str, ...] | str | None,
@@ -51,12 +66,21 @@ def watch_main(
     max_snapshots: int | None,
     once: bool,
     verbose: bool,
+    progress: bool = False,
+    no_connections: bool = False,
+    textfile: str | None = None,
+    metrics_listen: str | None = None,
     **kw: Any,
 ) -> None:
     """Watch HOST's server health; when it has failed for --after seconds, take ONE snapshot
     bundle into --out-dir, run --then once, and wait for health to come back before the next
     incident. Polls --url and/or TCP --port (at least one). Logs one line per state change on
     stderr. SIGTERM/SIGINT stop it (exit 0) after the current step.
+
+    With --progress, health is one signal among several: each poll reads the engine's counters
+    (/metrics), the client connections on the API port and the --pid processes (no ptrace),
+    and the incident is work pending with no progress for --after seconds, or a server gone
+    or not answering; never a busy healthy server or an idle one.
 
     \b
       hangdoctor watch localhost --pid 46294 --url http://127.0.0.1:8000/health \\
@@ -70,7 +94,7 @@ def watch_main(
     if kw.get("hosts_file"):
         raise UsageError("watch takes one HOST, not --hosts", "run one watch per host")
     # Refuse bad --pid / --checks-dir now, not at the first incident hours later.
-    parse_pid_args(list(kw.get("pids") or []), [host])
+    pid_list = parse_pid_args(list(kw.get("pids") or []), [host]).get(host) or []
     _load_checks(kw.get("checks_dirs") or ())
     if not urls and not ports:
         raise UsageError(
@@ -99,9 +123,39 @@ def watch_main(
     if not os.access(out_dir, os.W_OK | os.X_OK):
         raise UsageError(f"--out-dir {out_dir} is not writable", "give a writable folder")
 
+    if textfile and not textfile.endswith(".prom"):
+        raise UsageError(f"--textfile {textfile}: node-exporter reads only *.prom files",
+                         "name it e.g. /var/lib/node_exporter/textfile/hangdoctor.prom")
+    listen = _listen_address(metrics_listen) if metrics_listen else None
     log = watch_mod.Logger(verbose=verbose)
     timeout_s = min(interval_s, 10.0)
     tcp_host = watch_mod.tcp_host_of(host)
+    api_port = ports[0] if ports else _url_port(urls[0])
+    if progress and tcp_host not in ("127.0.0.1", "::1"):
+        raise UsageError("--progress watches a server on this host (its connections and processes "
+                         "are read from /proc)", "run watch on the server's host, or in its pod")
+    # without --url, /health is still asked (a 404 is an answer: the server is there)
+    health_path = _url_path(urls[0]) if urls else "/health"
+    target = f"{tcp_host}:{api_port}"
+    progress_state: dict[str, Any] = {}
+
+    def poll_progress() -> Any:
+        from hangdoctor.collect import liveness
+        from hangdoctor.triage import progress_verdict
+
+        prev = progress_state.get("state")
+        offset = prev.get("log_offset") if prev else None
+        # at least 2 s: a short --interval must not make a busy server "not answering"
+        look = liveness.sample(api_port, tcp_host, health_path, max(2.0, timeout_s),
+                               [int(p) for p in pid_list], kw.get("log"), offset)
+        # after_s=0: any poll without progress while work waits fails; the tracker below
+        # turns --after seconds of failing polls into the incident
+        verdict, progress_state["state"] = progress_verdict.judge(
+            look, prev, after_s=0.0, warn_after_s=0.0, slow_s=max(2.0, timeout_s),
+            use_connections=not no_connections)
+        ok = verdict["status"] != progress_verdict.CRITICAL
+        detail = verdict["summary"].split(": ", 1)[-1] if ok else verdict["summary"]
+        return watch_mod.Health(ok, f"{verdict['state']}: {detail}" if ok else detail, verdict)
 
     def poll() -> Any:
         details = []
@@ -166,22 +220,55 @@ def watch_main(
         stop.set()
         watch_mod.abort_poll()  # a poll stuck on a slow server ends now, not at its timeout
 
+    server = None
+    if listen:
+        try:
+            server = watch_mod.MetricsServer(*listen)
+        except OSError as exc:
+            raise UsageError(f"--metrics-listen {metrics_listen}: {exc.strerror or exc}",
+                             "give a free port, e.g. --metrics-listen 0.0.0.0:9464") from None
+        log(f"serving /metrics on {listen[0]}:{server.port}")
+    metrics_problem: list[str] = []
+
+    def on_poll(health: Any, tracker: Any, now: float) -> None:
+        import time as _time
+
+        if not (server or textfile):
+            return
+        text = watch_mod.render_metrics(target, health, tracker.incidents,
+                                        tracker.failing_for_s(now), _time.time())
+        if server:
+            server.text = text
+        if textfile:
+            try:
+                watch_mod.write_textfile(textfile, text)
+                metrics_problem.clear()
+            except OSError as exc:
+                if not metrics_problem:  # once per failure spell, not once per poll
+                    metrics_problem.append(str(exc))
+                    log(f"cannot write --textfile {textfile}: {exc.strerror or exc}")
+
     old_handlers = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
     what = " and ".join(filter(None, [", ".join(urls), ", ".join(f"port {p}" for p in ports)]))
+    if progress:
+        what = f"progress on {target}" + (f" ({health_path} one signal of several)" if health_path else "")
     log(
         f"watching {host}: {what} every {interval_s:g} s; snapshot after {after_s:g} s failing, into {out_dir}"
     )
     try:
         watch_mod.watch_loop(
-            poll,
+            poll_progress if progress else poll,
             on_incident,
             interval_s=interval_s,
             after_s=after_s,
             stop=stop,
             log=log,
             max_incidents=1 if once else max_snapshots,
+            on_poll=on_poll,
         )
     finally:
+        if server:
+            server.close()
         for sig, handler in old_handlers.items():
             signal.signal(sig, handler)
     log(f"{received[0]}: stopped" if received else "stopped")
@@ -247,6 +334,16 @@ def watch_main(
     help="stop after this many incidents",
 )
 @click.option("--once", is_flag=True, help="stop after the first incident is handled")
+@click.option("--progress", is_flag=True,
+              help="judge progress, not health alone: the engine's counters, client connections, "
+                   "the --pid processes and --log growth (for a server without engine counters); "
+                   "the API port is the first --port, else --url's")
+@click.option("--no-connections", is_flag=True,
+              help="with --progress: do not count client connections as pending work")
+@click.option("--textfile", type=click.Path(dir_okay=False), default=None,
+              help="write the metrics after every poll to this node-exporter textfile (*.prom)")
+@click.option("--metrics-listen", default=None, metavar="[HOST:]PORT",
+              help="serve the metrics on http://HOST:PORT/metrics (HOST defaults to 127.0.0.1)")
 @click.option("-v", "--verbose", is_flag=True, help="also log every poll")
 def watch(**kw: Any) -> None:
     watch_main(**kw)

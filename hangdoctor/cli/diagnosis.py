@@ -77,22 +77,103 @@ def _preflight(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str
             if not os.path.exists(f"/proc/{pid}"):
                 raise UsageError(f"no process {pid} on {t.name}",
                                  "check the PID: ps -eo pid,cmd | grep -iE 'vllm|sglang|python'")
+            tgid = _thread_group(pid)
+            if tgid is not None and tgid != pid:
+                # /proc/TID answers for a thread too: its "process" would be one thread's view
+                raise UsageError(f"{pid} on {t.name} is a thread of process {tgid}, not a process",
+                                 f"give the process: --pid {tgid}")
+        if opts.get("port") and not by_host.get(t.name):
+            _refuse_port_nobody_listens(t.name, list(opts["port"]))
         log = opts.get("log")
         # Only a path that is not there: a FIFO or a device is the probe's to refuse (it
         # never opens one), with the rest of the evidence collected.
-        if log and _log_missing(log):
+        problem = _log_problem(log) if log else None
+        if problem == "missing":
             raise UsageError(f"--log {log} does not exist on {t.name}", "give the server's log file")
+        if problem == "folder":
+            raise UsageError(f"--log {log} is a folder on {t.name}, not a log file",
+                             "give the server's log file in it")
 
 
-def _log_missing(path: str, timeout_s: float = 2.0) -> bool:
-    """Whether the log path is surely not there. Asked of a disposable child: a path on a hung
-    FUSE or NFS mount puts whoever stats it in D state for good, and this process must exit by
-    its deadline. A child that does not answer in time leaves the question to the probe."""
+def _thread_group(pid: int) -> int | None:
+    """The process a task id belongs to (its Tgid), or None when it cannot be read."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("Tgid:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def window_that_fits(window_s: float, deadline_s: float) -> float:
+    """The window the probe can keep under this deadline (see _collect: the probe gets the
+    deadline less a margin, and keeps 40 % of its own for the dumps around the window)."""
+    probe_s = max(2.0, deadline_s - min(3.0, max(1.0, 0.2 * deadline_s)))
+    return min(window_s, 0.6 * probe_s)
+
+
+def deadline_for_window(window_s: float) -> float:
+    """The shortest --deadline whose probe keeps the whole window."""
+    import math
+
+    short = window_s / 0.48  # below 15 s the margin is a fifth of the deadline
+    return float(math.ceil(short if short < 15 else window_s / 0.6 + 3.0))
+
+
+def _refuse_port_nobody_listens(host: str, ports: list[int]) -> None:
+    """--port without --pid names the server by its port: with nothing listening there, the
+    servers discovery would find instead are not the one asked for. /proc/net/tcp is the
+    kernel's socket table, read without touching any file system a server uses."""
+    from hangdoctor.collect import procfs
+
+    heard = {info.get("port") for info in procfs.listening_sockets("/proc").values()}
+    if heard and not any(p in heard for p in ports):
+        raise UsageError(f"nothing listens on port {', '.join(map(str, ports))} on {host}",
+                         "check the port: ss -ltnp; or give --pid PID")
+
+
+def _refuse_thread_ids(results: list[Any]) -> None:
+    """A --pid that the probe found to be a thread of another process: refused as on localhost."""
+    for r in results:
+        given = ((r.snapshot or {}).get("targets") or {}).get("threads_given") or {}
+        for tid, tgid in given.items():
+            raise UsageError(f"{tid} on {r.name} is a thread of process {tgid}, not a process",
+                             f"give the process: --pid {tgid}")
+
+
+def _refuse_unheard_ports(results: list[Any]) -> None:
+    """The probe found nothing listening on --port on a remote host: refused as on localhost."""
+    for r in results:
+        unmatched = ((r.snapshot or {}).get("targets") or {}).get("ports_unmatched") or {}
+        ports = unmatched.get("not_listening") or []
+        if ports:
+            raise UsageError(f"nothing listens on port {', '.join(map(str, ports))} on {r.name}",
+                             "check the port: ss -ltnp; or give --pid PID")
+        if unmatched:
+            raise UsageError(f"port {', '.join(map(str, unmatched.get('ports') or []))} on {r.name}: "
+                             "the process listening there is not visible to this user",
+                             "run as the server's user or with sudo, or give --pid PID")
+
+
+def _log_problem(path: str, timeout_s: float = 2.0) -> str | None:
+    """"missing" when the log path is surely not there, "folder" when it is a directory, else
+    None. Asked of a disposable child: a path on a hung FUSE or NFS mount puts whoever stats it
+    in D state for good, and this process must exit by its deadline. A child that does not
+    answer in time leaves the question to the probe."""
     from hangdoctor.collect.sources import LogRead
 
     res = LogRead([path], given=True, tail=False).result(timeout_s)
     err = str(res.get("error") or "")
-    return not res.get("timeout") and "No such file" in err
+    if res.get("timeout"):
+        return None
+    if "No such file" in err:
+        return "missing"
+    # the child has just stat'ed it without blocking: asking again here is safe
+    if "not a regular file" in err and os.path.isdir(path):
+        return "folder"
+    return None
 
 
 def _refuse_missing_pids(results: list[Any], by_host: dict[str, list[int]]) -> None:
@@ -235,7 +316,9 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     warmer.start()
     progress = _Progress(", ".join(t.name for t in targets[:3]) + (" …" if len(targets) > 3 else ""),
                          float(kw.get("window") or 0.0),
-                         enabled=not kw.get("quiet") and _stream_is_tty(sys.stderr))
+                         # TERM=dumb: a terminal that cannot erase a line (Emacs' shell, CI logs)
+                         enabled=not kw.get("quiet") and _stream_is_tty(sys.stderr)
+                         and os.environ.get("TERM") != "dumb")
     with progress:
         results = _collect(targets, by_host, kw, probes_started)
     # The evidence is in: the warm-up is now on the critical path. At nice 19 on a busy host
@@ -247,6 +330,8 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
     warmer.join()
     if not kw.get("take_what_there_is"):
         _refuse_missing_pids(results, by_host)
+        _refuse_unheard_ports(results)
+        _refuse_thread_ids(results)
     if "error" in warm:
         raise warm["error"]
     checks = warm["checks"]

@@ -36,8 +36,8 @@ EXIT_CODES_HELP = """\b
 Exit codes:
   0  healthy            3  hung              5  progressing (slow, not hung)
   6  dead               7  inconclusive      4  could not collect (host or source failed;
-  2  bad usage or input                         a partial report is still written)
-  1  internal error"""
+  2  bad usage or input                         a partial report is still written; nothing
+  1  internal error                             collected: the error line only)"""
 
 
 def _err(msg: str) -> None:
@@ -47,7 +47,7 @@ def _err(msg: str) -> None:
 
 
 def _output_options(f: Any) -> Any:
-    f = click.option("-o", "--output", "output", type=click.Path(dir_okay=False), default=None,
+    f = click.option("-o", "--output", "output", type=click.Path(), default=None,
                      help="write the report here; the format follows the suffix (.html, .md, .json)")(f)
     f = click.option("--format", "fmt", type=click.Choice(["html", "json", "md"]), default=None,
                      help="report format when the suffix does not say")(f)
@@ -163,9 +163,9 @@ def _emit(analysis: dict[str, Any], output: str | None, fmt: str | None, as_json
         shown = analysis
         nxt = str(analysis.get("next_command") or "")
         prog = invoked_as()
-        if nxt.startswith("hangdoctor ") and prog != "hangdoctor":
+        if "hangdoctor diagnose " in nxt and prog != "hangdoctor":
             # the command to run next, as this shell can run it (no activated venv needed)
-            shown = dict(analysis, next_command=prog + nxt[len("hangdoctor"):])
+            shown = dict(analysis, next_command=nxt.replace("hangdoctor diagnose ", prog + " diagnose "))
         text = render_terminal(shown, color=use_color, width=width).rstrip("\n")
         if written:
             text += f"\nreport: {written}"
@@ -188,12 +188,13 @@ def check_report_path(path: str | None, fmt: str | None, option: str = "-o") -> 
     """Refuse, before collecting, a report path that could not be written."""
     if not path or path == "-":
         return
+    if path.endswith(os.sep) or os.path.isdir(path):
+        example = "snapshot.json" if option == "--save-snapshot" else "report.html"
+        raise UsageError(f"{option} {path} is a folder", f"give a file name, e.g. {example}")
     suffix = os.path.splitext(path)[1].lower()
     if not fmt and suffix not in REPORT_SUFFIXES:
         raise UsageError(f"{option} {path}: unknown report format {suffix or '(no suffix)'!r}",
                          "use a name ending in .html, .md or .json, or add --format")
-    if os.path.isdir(path):
-        raise UsageError(f"{option} {path} is a folder", "give a file name, e.g. report.html")
     parent = os.path.dirname(path) or "."
     if not os.path.isdir(parent):
         raise UsageError(f"{option} {path}: folder {parent} does not exist", "create it, or give another path")

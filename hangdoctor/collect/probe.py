@@ -125,10 +125,28 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         discovery, roots = chosen, [c["pid"] for c in chosen]
         man.add("discovery", "ok", 0.0, "the process(es) listening on port(s) %s" % ", ".join(
             str(p) for p in cfg.ports if p in by_port))
-    elif discovered and cfg.ports:
-        snap["notes"].append("nothing listens on port %s; the servers were found by their "
-                             "command lines" % ", ".join(str(p) for p in cfg.ports))
+    unheard = []  # type: List[int]
+    if discovered and cfg.ports and not by_port:
+        # --port names the server: the others found by their command lines are not what was
+        # asked for (a script whose path says "vllm" is not a server), so none is diagnosed
+        # and the command line refuses the port
+        heard = set(info.get("port") for info in procfs.listening_sockets(proc).values())
+        unheard = [p for p in cfg.ports if p not in heard]
+        discovery, roots = [], []
+        snap["notes"].append("nothing listens on port %s here" % ", ".join(str(p) for p in unheard)
+                             if unheard else "port %s: the listening process is not visible to "
+                             "this user" % ", ".join(str(p) for p in cfg.ports))
     snap["targets"] = {"root_pids": roots, "discovered": discovered, "discovery": discovery}
+    # a thread id given as --pid answers under /proc as if it were a process: say whose thread
+    threads_given = {}  # type: Dict[str, int]
+    for pid in cfg.root_pids:
+        tgid = procfs.status_fields(pid, proc).get("Tgid", "")
+        if tgid.isdigit() and int(tgid) != pid:
+            threads_given[str(pid)] = int(tgid)
+    if threads_given:
+        snap["targets"]["threads_given"] = threads_given
+    if discovered and cfg.ports and not by_port:
+        snap["targets"]["ports_unmatched"] = {"ports": list(cfg.ports), "not_listening": unheard}
 
     # process tree + sample A
     t0 = time.monotonic()

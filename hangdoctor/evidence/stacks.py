@@ -191,10 +191,15 @@ def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
             return "graph-capture", f.short
         if not f.native and f.bare in ("capture_model", "capture", "warmup_model") and "graph" in f.file.lower():
             return "graph-capture", f.short
+    inner_py = next((f for f in frames if not f.native), None)
     for i, f in enumerate(frames):
         if not f.native and _in(f.file, _COMPILE_FILES):
             if _runs_compiled(frames[: i + 1]):
                 break  # running what torch.compile produced is not compiling
+            if (inner_py is not None and "compile_worker" in inner_py.file
+                    and _IDLE_POOL.match(inner_py.bare)):
+                # inductor's compile-worker pool reading its pipe: waiting for a job, idle
+                return "ipc-wait", inner_py.short
             return "compile", f.short
     # Innermost decides the rest.
     for f in frames:
@@ -229,7 +234,43 @@ def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
     inner = next((f for f in frames if not f.native), frames[0])
     if _SYNC_PY.match(inner.bare) and "torch" in inner.file:
         return "cuda-sync", inner.short
+    # the libraries' own wait points (knowledge/generated/wait_points.json, read out of their
+    # source): the innermost frame that is one names the wait
+    found = _generated_wait(frames)
+    if found:
+        return found
     return ("running" if active else "unknown"), inner.short
+
+
+# the generated wait classes in this module's words
+_GENERATED_KIND = {
+    "collective": "collective:wait", "comm-init": "nccl-init", "store": "rendezvous",
+    "gpu-sync": "cuda-sync", "kernel": "kernel", "cuda-ipc": "cuda-ipc", "ipc-queue": "ipc-wait",
+    "lock": "lock", "file-read": "io", "network": "network", "compile": "compile",
+    "graph-capture": "graph-capture", "event-loop": "serving-idle", "idle-wait": "serving-idle",
+    "sleep-poll": "ipc-wait", "import": "import",
+}
+
+
+def _generated_wait(frames: list[Frame]) -> tuple[str, str] | None:
+    try:
+        from hangdoctor.knowledge.generated import classify_frame
+    except ImportError:  # an install without the generated tables
+        return None
+    for f in frames[:40]:
+        try:
+            hit = classify_frame(f.name if f.native else f.bare, None if f.native else f.file)
+        except Exception:  # noqa: BLE001 - a table that cannot answer leaves the frame unknown
+            return None
+        if hit and hit.get("wait_class") in _GENERATED_KIND:
+            kind = _GENERATED_KIND[hit["wait_class"]]
+            if kind == "collective:wait" and not f.native:
+                kind = "collective:" + f.bare
+            return kind, f.short
+    return None
+
+
+_IDLE_POOL = re.compile(r"^(_recv_msg|recv|_recv|recv_bytes|read|readinto|get|wait|_wait|poll|_read_thread)$")
 
 
 def _runs_compiled(frames: list[Frame]) -> bool:
@@ -264,6 +305,16 @@ def build_proc_stack(pid: int, entry: dict[str, Any]) -> ProcStack:
                 frames=frames,
             )
             ts.wait_kind, ts.detail = classify(frames, ts.active)
+            if t.get("order") == "as-pasted" and len(frames) > 1:
+                # frames pasted without a header may be outermost first: the end that is a
+                # known wait point is the innermost one
+                if ts.wait_kind in ("running", "unknown"):
+                    kind, detail = classify(frames[::-1], ts.active)
+                    if kind not in ("running", "unknown"):
+                        ts.frames = frames[::-1]
+                        ts.wait_kind, ts.detail = kind, detail
+                elif ts.detail == frames[-1].short and ts.detail != frames[0].short:
+                    ts.frames = frames[::-1]
             threads.append(ts)
         ps.samples.append(threads)
     return ps

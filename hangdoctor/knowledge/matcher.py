@@ -3,8 +3,9 @@ typed lines and facts of one piece of evidence.
 
 A matcher (``when``) is ``{"all": [...], "any": [...], "not": [...]}``; each condition is
 
-- ``{"line": REGEX, "in": [KINDS], "min": N}``: a line of one of the kinds matches (at least N
-  lines); kinds: ``text`` (any pasted or log line), ``log``, ``kernel``, ``frame`` (a stack frame,
+- ``{"line": REGEX, "in": [KINDS], "min": N, "context": true}``: a line of one of the kinds matches
+  (at least N lines); ``context`` lets it read the poster's sentences too, for what is context
+  (a version, a model, a setting), never for a symptom; kinds: ``text`` (any pasted or log line), ``log``, ``kernel``, ``frame`` (a stack frame,
   ``name (file)``), ``top`` (the innermost frame of a thread), ``env`` (``KEY=VALUE``), ``cmd``
   (a command line), ``tail`` (the last lines of each input or log: where it stopped), ``last``
   (the last line of each);
@@ -18,15 +19,16 @@ Layer: knowledge; may import: the standard library, hangdoctor.knowledge and the
 from __future__ import annotations
 
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from hangdoctor.knowledge import packs
 from hangdoctor.knowledge.audit import derive
 from hangdoctor.knowledge.facts import extract, version_tuple
 
-KINDS = ("text", "tail", "last", "log", "kernel", "frame", "top", "env", "cmd")
+KINDS = ("text", "tail", "last", "log", "kernel", "frame", "top", "env", "cmd", "prose", "script")
 TAIL_LINES = 5  # "the last thing it printed": the last lines of each input / log
 _NOT_CONTENT = re.compile(r"^\s*(?:```\w*|\.\.\.|…|\[\.\.\..*\.\.\.\]|<details>.*|</details>)?\s*$")
 MAX_LINES = 30000  # per kind: bounds the time on a huge paste
@@ -80,6 +82,7 @@ def view_of_evidence(ev: Any) -> View:
     """Every line the evidence carries, live or pasted: log tail, kernel log, stacks, process
     command lines and environments, versions, and (pasted) the raw text of each input."""
     v = View()
+    context: list[str] = []
     for s in ev.snapshots:
         for item in s.get("pasted_text") or []:
             if not isinstance(item, dict) or not isinstance(item.get("lines"), list):
@@ -89,6 +92,19 @@ def view_of_evidence(ev: Any) -> View:
                 v.add("text", line)
             v.lines["tail"].extend(_tail(lines))
             v.lines["last"].extend(_tail(lines)[-1:])
+        for item in s.get("pasted_prose") or []:
+            if isinstance(item, dict) and isinstance(item.get("lines"), list):
+                # in a written document a sentence is a sentence; in a paste a bare program
+                # message reads like one and goes back to the evidence
+                bare_ok = not item.get("document")
+                for line in item["lines"]:
+                    if not isinstance(line, str):
+                        continue
+                    if item.get("script"):
+                        v.add("script", line)  # a rule that reads code says so: "in": ["script"]
+                        continue
+                    v.add("text" if bare_ok and _message_at_start(line) else "prose", line)
+                    context.append(line)
         log_tail = [x for x in (s.get("log") or {}).get("tail") or [] if isinstance(x, str)]
         if not s.get("pasted_text"):
             v.lines["tail"].extend(_tail(log_tail))
@@ -127,13 +143,48 @@ def view_of_evidence(ev: Any) -> View:
     # the live path has no raw text: its log and kernel lines are its text
     if not v.lines["text"]:
         v.lines["text"] = v.lines["log"] + v.lines["kernel"]
-    v.facts = derive(extract(v.lines["text"] + v.lines["env"] + v.lines["cmd"]))
+    # a poster's sentences are context: the settings and versions they name are read (rules that
+    # key only on those are risk factors and never lead alone; see triage)
+    v.facts = derive(extract(v.lines["text"] + v.lines["env"] + v.lines["cmd"] + context))
+    v.facts["prose_only"] = not (v.lines["text"] or v.lines["frame"] or v.lines["env"] or v.lines["cmd"]
+                                 or v.lines["kernel"]) and bool(v.lines["prose"])
     # what only a live collection knows: a health endpoint that answered, a log still growing
     if any(isinstance(h, dict) and h.get("ok") for h in ev.http):
         v.facts["health_ok"] = True
     if ev.has_timing and (ev.log_meta.get("grew_bytes") or 0) > 0:
         v.facts["log_growing"] = True
     return v
+
+
+_LEAD = re.compile(r"^\s*(?:>\s*)*(?:[-*+]\s+|\d+[.)]\s+)?")
+
+
+def _message_at_start(line: str) -> bool:
+    """A line read as prose that a rule's pattern matches from its first characters is a program
+    message pasted without its prefix ("No available shared memory broadcast block found in 60
+    seconds."), not a sentence about one: it goes back to the evidence."""
+    body = _LEAD.sub("", line, count=1)
+    if body.startswith("`"):
+        return False  # a message in backticks is a mention of it
+    for e in rules():
+        for rx in _line_patterns(e.get("when") or {}):
+            m = rx.search(body)
+            # at the start, or after a short lead-in of the same message ("Failed to initialize
+            # NVML: Driver/library version mismatch"), never after a sentence of the poster's
+            if m and (m.start() <= 2 or (m.start() <= 40 and not re.search(r"[.!?;]\s", body[: m.start()]))):
+                return True
+    return False
+
+
+def _line_patterns(cond: dict[str, Any]) -> list[re.Pattern[str]]:
+    out = []
+    if "line" in cond and set(cond.get("in") or ["text"]) & {"text", "log", "tail", "last"}:
+        out.append(_rx(cond["line"]))
+    for key in ("all", "any"):
+        for c in cond.get(key) or []:
+            if isinstance(c, dict):
+                out.extend(_line_patterns(c))
+    return out
 
 
 @lru_cache(maxsize=4096)
@@ -179,7 +230,9 @@ def _fact_ok(cond: dict[str, Any], facts: dict[str, Any]) -> bool:
 def _line_hits(cond: dict[str, Any], view: View) -> list[str]:
     rx = _rx(cond["line"])
     # "text" already holds the log and kernel lines (pasted: the raw inputs; live: the tails)
-    kinds = cond.get("in") or ["text", "frame", "env", "cmd"]
+    kinds = list(cond.get("in") or ["text", "frame", "env", "cmd"])
+    if cond.get("context") and "prose" not in kinds:
+        kinds.append("prose")  # a setting or a model the poster names: context, read as such
     hits: list[str] = []
     need = int(cond.get("min", 1))
     for kind in kinds:
@@ -229,13 +282,66 @@ def evaluate(entries: list[dict[str, Any]], view: View) -> list[Match]:
     return out
 
 
+# Corpus cases whose own rules are switched off: leave-one-source-out scoring
+# (benchmarks/accuracy.py --loso) scores each case without the entries written from it.
+_HELD_OUT: frozenset[str] = frozenset()
+
+
+@contextmanager
+def holding_out(cases: Iterable[str]) -> Iterator[None]:
+    """Within the block, rules and known issues whose ``written_from`` names one of ``cases``
+    are not used: the knowledge is scored on cases it was not written from."""
+    global _HELD_OUT
+    before = _HELD_OUT
+    _HELD_OUT = frozenset(cases)
+    try:
+        yield
+    finally:
+        _HELD_OUT = before
+
+
+def _not_held_out(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    if not _HELD_OUT:
+        return entries
+    return [e for e in entries if not _HELD_OUT.intersection(e.get("written_from") or ())]
+
+
+_EVENT_KINDS = {"text", "tail", "last", "log", "kernel", "frame", "top", "prose"}
+
+
+def _has_event(cond: Any) -> bool:
+    """Whether a condition reads something that happened (a line, a frame), not only a setting."""
+    if not isinstance(cond, dict):
+        return False
+    if "line" in cond:
+        return bool(set(cond.get("in") or ["text", "frame", "env", "cmd"]) & _EVENT_KINDS)
+    return any(_has_event(c) for key in ("all", "any") for c in cond.get(key) or [])
+
+
+def is_risk_factor(entry: dict[str, Any], match: Any = None, view: View | None = None) -> bool:
+    """A rule or known issue that keys only on settings (versions, a /dev/shm size, an env
+    variable, a flag on the command line, what a poster names) is a risk factor: it supports a
+    cause that a symptom points to and never leads alone. With the match and its view, what
+    decides is what made it hold this time: no line of program output or stack among them.
+    ``"risk": true/false`` in the entry overrides the reading."""
+    if "risk" in entry:
+        return bool(entry["risk"])
+    if not _has_event(entry.get("when") or {}):
+        return True
+    if match is None or view is None:
+        return False
+    events = {line for k in ("text", "tail", "last", "log", "kernel", "frame", "top", "script")
+              for line in view.lines.get(k, ())}
+    return not any(line in events for line in match.lines)
+
+
 def rules() -> list[dict[str, Any]]:
     """The mechanism rules of every active knowledge pack (:mod:`hangdoctor.knowledge.packs`)."""
-    return packs.merged("rules")
+    return _not_held_out(packs.merged("rules"))
 
 
 def known_issues() -> list[dict[str, Any]]:
-    return packs.merged("known_issues")
+    return _not_held_out(packs.merged("known_issues"))
 
 
 def experiments() -> list[dict[str, Any]]:

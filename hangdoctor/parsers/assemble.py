@@ -29,6 +29,7 @@ from hangdoctor.parsers.faulthandler import parse_faulthandler
 from hangdoctor.parsers.frames import PastedDump, rank_from_text, role_from_text
 from hangdoctor.parsers.gdb import parse_gdb
 from hangdoctor.parsers.nvidia_smi import parse_nvidia_smi_q, parse_nvidia_smi_table
+from hangdoctor.parsers.prose import is_document, is_report, split_context, split_prose
 from hangdoctor.parsers.ps import parse_ps
 from hangdoctor.parsers.pyspy_json import parse_pyspy_json
 from hangdoctor.parsers.pyspy_text import parse_pyspy_text
@@ -265,6 +266,7 @@ class _Builder:
         self.notes: list[str] = []
         self.pasted: list[dict] = []
         self.pasted_text: list[dict] = []  # every input's lines, for the knowledge rules
+        self.pasted_prose: list[dict] = []  # the poster's sentences: context, never log lines
         self.smi_problem: Optional[tuple[str, str]] = None  # (status, the line that says so)
         self.topology: list[str] = []  # nvidia-smi topo -m rows
         self.commands: list[str] = []  # launch commands, continuations joined
@@ -335,7 +337,7 @@ class _Builder:
         if dump.truncated:
             self.notes.append(f"{source}: the {dump.kind} dump of pid {pid} looks cut short")
 
-    def add_segment(self, seg: Segment, source: str) -> None:
+    def add_segment(self, seg: Segment, source: str, document: bool = False) -> None:
         kind = seg.kind
         if kind in ("pyspy-text", "pyspy-json", "faulthandler", "traceback", "gdb"):
             dumps = _dumps_of(seg)
@@ -354,7 +356,8 @@ class _Builder:
                 # a prefixed dump stays in the log as written
                 self.log_lines.extend(seg.raw if seg.raw is not None else seg.lines)
         elif kind == "log":
-            self.log_lines.extend(seg.lines)
+            # a poster's sentences are context, not log lines (parsers/prose.py)
+            self.log_lines.extend(split_prose(seg.lines, document)[0])
             self.given["log"].append(source)
             if len(self.log_lines) > 4 * LOG_TAIL_LINES:
                 del self.log_lines[:-LOG_TAIL_LINES]
@@ -507,6 +510,8 @@ class _Builder:
         snap["pasted"] = self.pasted
         if self.pasted_text:
             snap["pasted_text"] = self.pasted_text
+        if self.pasted_prose:
+            snap["pasted_prose"] = self.pasted_prose
         if self.notes:
             snap["notes"] = self.notes
         return snap
@@ -564,8 +569,16 @@ def analyze_inputs(inputs: list[tuple[str, str]]) -> dict:
         all_lines = str(text).split("\n")
         # bounded like the log tail: the last lines, each cut to a readable length
         kept = [x[:PASTED_LINE_CHARS] for x in all_lines[-PASTED_TEXT_LINES:]]
+        document = is_document(kept)
+        kept, prose, scripts = split_context(kept, document)
         b.pasted_text.append({"source": source, "lines": kept})
-        b.scan_nvidia_smi(kept, source)
+        if prose:
+            b.pasted_prose.append({"source": source, "lines": prose, "document": document,
+                                   "report": is_report(prose)})
+        if scripts:  # a script the poster ran says what it would do, not where a process is
+            b.pasted_prose.append({"source": source, "lines": scripts, "document": True, "script": True})
+        # a poster who says nvidia-smi blocked reports what a command did: read in prose too
+        b.scan_nvidia_smi(kept + ([] if document else prose), source)
         plain = _unrecognised(segs)
         if plain:
             b.notes.append(
@@ -577,7 +590,7 @@ def analyze_inputs(inputs: list[tuple[str, str]]) -> dict:
                 b.notes.append(f"{source} is a saved {seg.kind} JSON; it is not raw evidence")
                 continue
             try:
-                b.add_segment(seg, source)
+                b.add_segment(seg, source, document)
             except Exception as e:  # noqa: BLE001 - one bad segment must not lose the rest
                 b.notes.append(
                     f"{source}: could not parse the {seg.kind} part at line {seg.start + 1} "

@@ -174,6 +174,9 @@ def _block_start(lines: list, i: int) -> Optional[str]:
     if c in "PTR" or "py-spy" in line or "Pyspy dump" in line or "Python v" in line:
         if pt.looks_like_pyspy_line(line):
             return "pyspy-text"
+    if pt.HEADERLESS_FRAME.match(line) and i + 2 < len(lines) and all(
+            pt.HEADERLESS_FRAME.match(lines[k]) for k in (i + 1, i + 2)):
+        return "pyspy-text"  # three frames in a row without a header: a pasted stack
     if c in "TCSF" and (
         fh.THREAD_HEAD.match(line) or fh.STACK_HEAD.match(line) or fh.FATAL.match(line)
     ):
@@ -242,6 +245,7 @@ def _block_end(kind: str, lines: list, i: int) -> int:
                 or pt.looks_like_pyspy_line(line)
                 or line.startswith("Error:")
                 or pt.BARE_FRAME.match(line)
+                or pt.HEADERLESS_FRAME.match(line)
             ):
                 return j
             j += 1
@@ -482,7 +486,7 @@ def _tidy(segs: list) -> list:
         # a prompt line alone ("$ py-spy dump --pid 1 --json" before a JSON dump) is no dump
         if s.kind == "pyspy-text" and not any(
             pt.THREAD.match(x) or pt.PROCESS.match(x) or pt.LABELLED_THREAD.match(x) for x in s.lines
-        ):
+        ) and sum(1 for x in s.lines if pt.HEADERLESS_FRAME.match(x)) < 3:
             s.kind = "log"
         if s.kind == "env" and has_other and sum(1 for x in s.lines if x.strip()) < 2:
             s.kind = "log"

@@ -45,6 +45,11 @@ LABELLED_THREAD = re.compile(r'^Thread (?:(?P<id>0[xX][0-9a-fA-F]+|\d+) )?"(?P<n
 BARE_FRAME = re.compile(
     r"^(?P<indent>)(?P<name>[\w.<>\[\]-]+) \((?P<where>[^()\s]*\.(?:py|pyx|so[.\d]*|dylib)(?::\d+)?)\)\s*$"
 )
+# frames a poster pasted without any header: aligned columns, maybe their own "# note" after
+# each, maybe outermost first (the evidence layer decides the order from the wait points)
+HEADERLESS_FRAME = re.compile(
+    r"^(?P<indent>\s*)(?P<name>[\w.<>\[\]-]+)\s+\((?P<where>[^()\s]*\.(?:py|pyx)(?::\d+)?)\)\s*(?:#.*)?$"
+)
 LOCALS_HEAD = re.compile(r"^[ \t]+(?P<which>Arguments|Locals):\s*$")
 LOCAL_VAR = re.compile(r"^[ \t]+(?P<name>[^:\s][^:]*?): (?P<repr>.*)$")
 _WHERE = re.compile(r"^(?P<file>.*?):(?P<line>\d+)$")
@@ -167,6 +172,18 @@ def _feed(st: _State, line: str) -> None:
         d.threads.append(st.thread)
         return
     if st.thread is None:
+        m = HEADERLESS_FRAME.match(line)
+        if m is None:
+            return
+        # frames with no Process / Thread line above them: one thread of a process not named
+        st.close()
+        d = st.dump()
+        d.notes.append("frames pasted without py-spy's header (order as pasted)")
+        st.thread = make_thread([], name="(pasted frames)", active=False)
+        st.thread["order"] = "as-pasted"
+        d.threads.append(st.thread)
+        st.thread["frames"].append(_frame(m))
+        st.frame_indent = len(line) - len(line.lstrip(" \t"))
         return
     m = LOCALS_HEAD.match(line)
     if m:
@@ -188,6 +205,8 @@ def _feed(st: _State, line: str) -> None:
             )
         return
     m = FRAME.match(line) or (BARE_FRAME.match(line) if indent == 0 else None)
+    if m is None and st.thread.get("order") == "as-pasted":
+        m = HEADERLESS_FRAME.match(line)
     if m and (st.frame_indent is None or indent <= st.frame_indent + 1):
         if st.frame_indent is None:
             st.frame_indent = indent

@@ -57,6 +57,73 @@ def _strip(lines: list[str], rx: re.Pattern[str]) -> list[str]:
     return out
 
 
+_MD_SEP = re.compile(r"^\s*\|?\s*:?-{3,}:?\s*(?:\|\s*:?-{3,}:?\s*)+\|?\s*$")
+_MD_ROW = re.compile(r"^\s*\|.*\|\s*$")
+_CELL_SPLIT = re.compile(r"(?<!\\)\|")
+
+
+def _cells(row: str) -> list[str]:
+    return [c.strip().replace("\\|", "|") for c in _CELL_SPLIT.split(row.strip().strip("|"))]
+
+
+def _untabulate(lines: list[str]) -> list[str] | None:
+    """Output pasted into a Markdown table, one line a row (``| 12 | INFO ... |``): the rows'
+    cells joined again, the header, the separator and a row-number column dropped. A table of a
+    person's (a few rows among prose) or a tool's own (nvidia-smi draws ``+---+`` borders) is left."""
+    filled = [ln for ln in lines if ln.strip()]
+    seps = [i for i, ln in enumerate(lines) if _MD_SEP.match(ln)]
+    if len(seps) != 1 or len(filled) < 4:
+        return None
+    rows = [ln for ln in filled if _MD_ROW.match(ln)]
+    if len(rows) < 0.8 * len(filled):
+        return None
+    sep = seps[0]
+    width = len(_cells(lines[sep]))
+    out: list[str] = []
+    for i, ln in enumerate(lines):
+        if i <= sep and _MD_ROW.match(ln) or i == sep:
+            continue  # the header and its separator
+        if not _MD_ROW.match(ln):
+            out.append(ln)
+            continue
+        cells = _cells(ln)
+        if len(cells) == width and width > 1 and re.fullmatch(r"\d{1,7}", cells[0] or ""):
+            cells = cells[1:]  # a row number
+        out.append(" ".join(c for c in cells if c))
+    return out
+
+
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct",
+                                        "Nov", "Dec"), 1)}
+_STAMP = re.compile(r"(?:(?P<y>\d{4})[-/](?P<mo>\d\d)[-/](?P<d>\d\d)[T ]|(?P<mon>[A-Z][a-z]{2}) +(?P<d2>\d{1,2}) |"
+                    r"(?P<mo3>\d\d)-(?P<d3>\d\d) )?(?P<t>\d\d:\d\d:\d\d)")
+
+
+def _stamp(line: str) -> tuple | None:
+    m = _STAMP.search(line[:120])
+    if not m:
+        return None
+    if m.group("y"):
+        day = (int(m.group("mo")), int(m.group("d")))
+    elif m.group("mon"):
+        day = (_MONTHS.get(m.group("mon"), 0), int(m.group("d2")))
+    elif m.group("mo3"):
+        day = (int(m.group("mo3")), int(m.group("d3")))
+    else:
+        day = (0, 0)
+    return day + (m.group("t"),)
+
+
+def _newest_first(lines: list[str]) -> bool:
+    """A log pasted newest first (``journalctl -r``, a web console): its timestamps mostly fall."""
+    stamps = [st for st in (_stamp(ln) for ln in lines) if st is not None]
+    if len(stamps) < 4:
+        return False
+    down = sum(1 for a, b in zip(stamps, stamps[1:]) if b < a)
+    up = sum(1 for a, b in zip(stamps, stamps[1:]) if b > a)
+    return down >= 3 and down >= 4 * max(up, 1)
+
+
 def unwrap(text: str) -> tuple[str, list[str]]:
     """(the text without its wrapping, what was taken off)."""
     said: list[str] = []
@@ -64,6 +131,11 @@ def unwrap(text: str) -> tuple[str, list[str]]:
         text = strip_ansi(text)
         said.append("terminal colour codes")
     lines = text.split("\n")
+    newest_first = _newest_first(lines)  # before a wrapper that carries the times comes off
+    untab = _untabulate(lines)
+    if untab is not None:
+        lines = untab
+        said.append("a Markdown table of output lines")
     for name, seen, rx, share in WRAPPERS:
         depth = MAX_QUOTE_DEPTH if rx is _QUOTE else 1
         taken = False
@@ -73,4 +145,8 @@ def unwrap(text: str) -> tuple[str, list[str]]:
             taken = True
         if taken:
             said.append(name)
+    if newest_first or _newest_first(lines):
+        # read it oldest first, as every log is: its last line is where it stopped
+        lines = lines[::-1]
+        said.append("newest-first order (read oldest first)")
     return "\n".join(lines), said

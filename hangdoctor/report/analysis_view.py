@@ -38,6 +38,19 @@ def nums(values: Any) -> list[float]:
     return [n for n in (num(v) for v in values) if n is not None]
 
 
+# what a next step that is a command starts with: a program the steps name, a path, or an
+# environment assignment; anything else ("read the dead worker's log") is advice, shown
+# without a shell prompt
+_SHELL_START = re.compile(
+    r"(?:[A-Z_][A-Z0-9_]*=\S*|\S*/\S+|hangdoctor|py-spy|nvidia-smi|cat|df|free|grep|curl|python3?|top|"
+    r"dmesg|journalctl|kubectl|docker|ss|ls|lsof|sudo|gdb|strace|env|watch|tail)(?:\s|$)"
+)
+
+
+def is_shell_command(step: str) -> bool:
+    return bool(_SHELL_START.match(step.strip()))
+
+
 def text(value: Any, limit: int = 4000) -> str:
     """Return ``value`` as a string ("" for None), clipped to ``limit`` characters."""
     if value is None:
@@ -419,9 +432,15 @@ def build_view(analysis: dict[str, Any]) -> dict[str, Any]:
         "collection": collection,
         "weakened": [text(w) for w in _list(a.get("weakened"))],
         "next_command": text(a.get("next_command")),
+        "next_is_shell": is_shell_command(text(a.get("next_command"))),
         "known_issues": [{"text": text(k.get("text")), "url": text(k.get("url"), 500)}
                          for k in _list(a.get("known_issues")) if isinstance(k, dict)],
         "next_experiment": _experiment(a.get("next_experiment")),
+        "risks": [{"id": text(r.get("id"), 60), "text": text(r.get("text"), 500)}
+                  for r in _list(a.get("risks")) if isinstance(r, dict)],
+        "split": ({"between": [text(x, 60) for x in _list((a.get("split") or {}).get("between"))],
+                   "observe": text((a.get("split") or {}).get("observe"), 500)}
+                  if isinstance(a.get("split"), dict) else None),
         "intrusion": text(a.get("intrusion")),
         "hosts": hosts,
     }

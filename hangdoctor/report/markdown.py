@@ -188,6 +188,13 @@ def _causes(v: dict[str, Any]) -> list[str]:
                 parts.append("**Next steps:**\n\n" + fence("\n".join(c["next_steps"]), "sh"))
         if len(v["causes"]) > limit:
             parts.append(f"_{len(v['causes']) - limit} more causes left out._\n")
+        if v.get("split") and v["split"].get("observe"):
+            parts.append(f"**What would tell {' from '.join(_code(x) for x in v['split']['between'])}:** "
+                         + md_text(v["split"]["observe"]) + "\n")
+        if v.get("risks"):
+            parts.append("**Risk factors** (settings and versions: they support a cause a symptom points "
+                         "to, never lead alone):\n\n" + "\n".join(
+                             f"- {_code(r['id'])}: {md_text(r['text'])}" for r in v["risks"]) + "\n")
         return "\n".join(parts)
 
     return [full(True, True, 50), full(False, True, 10), full(False, False, 5)]

@@ -184,8 +184,13 @@ def render_terminal(
             for r in odd[:6]
         )
         lines.append("  odd one out: " + clip(names, limit - 15))
+    for r in v.get("risks", [])[:2]:
+        lines += _wrap(_clean(f"{r['id']} (alone, never a cause): {r['text']}"), limit, "  risk: ", "    ")
     for k in v["known_issues"][:2]:
         lines += _wrap(_clean(k["text"]), limit, "  known: ", "    ")
+    split = v.get("split")
+    if split and split.get("observe") and len(causes) >= 2:
+        lines += _wrap(_clean(f"{' vs '.join(split['between'])}: {split['observe']}"), limit, "  split: ", "    ")
     exp = v["next_experiment"]
     if exp:
         lines += _wrap(_clean(f"{exp['toggle']} — fixed: {exp['if_fixed']}; not: {exp['if_not']}"),

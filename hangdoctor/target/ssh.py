@@ -52,6 +52,52 @@ _LOADER = 'import sys; exec(compile(sys.stdin.buffer.read(), "<hangdoctor-probe>
 _RUN_PROBE_ARGS = "-S -c " + shlex.quote(_LOADER)
 _FAST_MARK = b"hd_fast=1"
 
+# py-spy kept on the remote between runs, per user, named by its sha256 and checked against it
+# before each use: a private folder (mode 700, owned by the user, not a symlink) under the XDG
+# cache; never a shared or world-writable path. Deleting the folder removes it.
+PYSPY_CACHE_DIR = '"${XDG_CACHE_HOME:-$HOME/.cache}/hangdoctor"'
+
+
+_DIGESTS: dict[tuple[str, int, int], str] = {}
+
+
+def _sha256_of(path: str) -> str:
+    import hashlib
+    import os
+
+    st = os.stat(path)
+    key = (path, st.st_size, st.st_mtime_ns)
+    if key in _DIGESTS:
+        return _DIGESTS[key]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    _DIGESTS[key] = h.hexdigest()
+    return _DIGESTS[key]
+
+
+def _cached_pyspy_check(digest: str) -> str:
+    """Shell: use the cached py-spy when it is ours, private, and has this sha256."""
+    return (
+        f'if [ -z "$sp" ]; then c={PYSPY_CACHE_DIR}; f="$c/py-spy-{digest}"; '
+        'if [ -f "$f" ] && [ ! -L "$f" ] && [ ! -L "$c" ] && [ -O "$f" ] && [ -O "$c" ] && [ -x "$f" ] '
+        r'&& [ -z "$(find "$c" "$f" -maxdepth 0 \( -perm -002 -o -perm -020 \) 2>/dev/null)" ] '
+        f'&& [ "$(sha256sum "$f" 2>/dev/null | cut -d" " -f1)" = {digest} ]; then '
+        'sp="$f"; echo "hd_cached=1" >&2; fi; fi; '
+    )
+
+
+def _cache_install(remote: str, digest: str) -> str:
+    """Shell: copy the uploaded py-spy into the private cache (atomically); never fails the run."""
+    q = shlex.quote(remote)
+    return (
+        f"{{ c={PYSPY_CACHE_DIR}; umask 077; mkdir -p \"$c\" && [ -d \"$c\" ] && [ ! -L \"$c\" ] "
+        f'&& [ -O "$c" ] && chmod 700 "$c" && t="$c/.py-spy-{digest}.$$" && cp {q} "$t" '
+        f'&& chmod 700 "$t" && mv -f "$t" "$c/py-spy-{digest}" || rm -f "$t"; }} 2>/dev/null; '
+    )
+
+
 def _sh(script: str) -> str:
     # Run under POSIX sh whatever the login shell is (bash, zsh, fish).
     return "sh -c " + shlex.quote(script)
@@ -119,6 +165,7 @@ class _Run:
     tmpdir: Optional[str] = None
     tmpdir_cleaned: bool = False
     stderr_tail: str = ""
+    pyspy_digest: str = ""  # sha256 of the py-spy we would upload (names it in the cache)
 
 
 class SshTarget(SshEndpoint):
@@ -149,6 +196,7 @@ class SshTarget(SshEndpoint):
         remote_env: Optional[dict[str, str]] = None,
         local_pyspy: Optional[str] = None,
         upload_pyspy: bool = True,
+        cache_pyspy: bool = True,
         margin_s: float = DEFAULT_MARGIN_S,
     ) -> None:
         super().__init__(
@@ -167,6 +215,7 @@ class SshTarget(SshEndpoint):
                 raise UsageError(f"remote environment name {key!r} is not a valid name")
         self.local_pyspy = local_pyspy
         self.upload_pyspy = upload_pyspy
+        self.cache_pyspy = cache_pyspy
         self.margin_s = margin_s
         self.last_run: Optional[_Run] = None
 
@@ -183,13 +232,14 @@ class SshTarget(SshEndpoint):
         parts = [f"{k}={shlex.quote(v)}; export {k}; " for k, v in self.remote_env.items()]
         return "".join(parts)
 
-    def _discovery_script(self, upload_arch: Optional[str]) -> str:
+    def _discovery_script(self, upload_arch: Optional[str], digest: Optional[str] = None) -> str:
         """One shell command: python, py-spy, arch, uid, and a private temp dir if needed."""
         if self.remote_python:
             find_py = f"py=$(command -v {shlex.quote(self.remote_python)} 2>/dev/null)"
         else:
             find_py = "py=$(command -v python3 2>/dev/null || command -v python 2>/dev/null)"
         make_dir = ""
+        cache_check = _cached_pyspy_check(digest) if digest else ""
         if upload_arch:
             # Only when py-spy is missing and the remote runs our binary's architecture;
             # mktemp -d makes the dir mode 700.
@@ -205,6 +255,7 @@ class SshTarget(SshEndpoint):
             'sp="$HOME/.local/bin/py-spy"; fi; '
             'if [ -z "$sp" ] && [ -n "$py" ] && [ -x "$(dirname "$py")/py-spy" ]; then '
             'sp="$(dirname "$py")/py-spy"; fi; '
+            f"{cache_check}"
             # Fast path, one round trip: python and py-spy are there, so run the probe (its
             # source is already on stdin) and name them on stderr. The probe dumps with this
             # py-spy (HANGDOCTOR_PYSPY, unless the host sets it) rather than search again.
@@ -299,8 +350,10 @@ class SshTarget(SshEndpoint):
         local_pyspy = find_local_pyspy(self.local_pyspy) if self.upload_pyspy else None
         local_arch = elf_arch(local_pyspy) if local_pyspy else None
         upload_arch = normalise_arch(local_arch) if local_arch else None
+        run.pyspy_digest = _sha256_of(local_pyspy) if (local_pyspy and upload_arch and self.cache_pyspy) else ""
         result = await self._run(
-            conn, _sh(self._discovery_script(upload_arch)), stdin=probe_stdin, on_sent=on_sent
+            conn, _sh(self._discovery_script(upload_arch, run.pyspy_digest or None)), stdin=probe_stdin,
+            on_sent=on_sent,
         )
         # The fast path names python and py-spy on stderr and then runs the probe.
         fast = _FAST_MARK in (result.stderr or b"") and b"hd_uid=" not in (result.stdout or b"")
@@ -329,6 +382,8 @@ class SshTarget(SshEndpoint):
                 f"{self.name}: no {wanted} on the remote PATH",
                 "install python3 on the host, or point --remote-python at an interpreter",
             )
+        if facts.get("cached"):
+            run.notes.append("py-spy from the per-user cache (~/.cache/hangdoctor, sha256 checked)")
         if fast:
             # the facts went to stderr ahead of the probe's own stderr: keep only the probe's
             result.stderr = b"\n".join(
@@ -357,14 +412,18 @@ class SshTarget(SshEndpoint):
         remote = f"{run.tmpdir}/py-spy"
         data = Path(local).read_bytes()
         q = shlex.quote(remote)
-        result = await self._run(conn, _sh(f"cat > {q} && chmod 700 {q}"), stdin=data)
+        install = _cache_install(remote, run.pyspy_digest) if run.pyspy_digest else ""
+        result = await self._run(conn, _sh(self._env_prefix() + f"cat > {q} && chmod 700 {q} || exit 1; {install}exit 0"),
+                                 stdin=data)
         if result.exit_status != 0:
             raise TargetError(
                 f"{self.name}: uploading py-spy to {remote} failed: "
                 f"{_tail(result.stderr or b'') or 'exit ' + str(result.exit_status)}",
                 "is the remote /tmp full or mounted noexec? set TMPDIR for the account",
             )
-        run.notes.append(f"py-spy uploaded ({len(data) / 1e6:.1f} MB) to {run.tmpdir}")
+        run.notes.append(f"py-spy uploaded ({len(data) / 1e6:.1f} MB) to {run.tmpdir}"
+                         + ("; kept for the next run in ~/.cache/hangdoctor (checked by its sha256)"
+                            if run.pyspy_digest else ""))
         return remote
 
     async def _cleanup(self, conn: asyncssh.SSHClientConnection, run: _Run) -> None:

@@ -23,6 +23,7 @@ from hangdoctor.checkapi.registry import all_checks
 from hangdoctor.checkapi.runner import Outcome, run_checks
 from hangdoctor.evidence.model import MIB, Evidence
 from hangdoctor.knowledge.causes import CAUSES, title
+from hangdoctor.triage import differential
 
 MIN_SCORE = 0.05
 SYMPTOM_CAP = 0.2  # the most that downstream symptoms alone can score for a cause
@@ -88,6 +89,27 @@ def rank_confidence(causes: list[dict[str, Any]], ev: Evidence) -> None:
         if c.get("symptom_only"):
             level = "low"
         c["confidence"] = level
+
+
+_STORAGE_RULES = ("rule:storage.", "rule:lock.network-fs", "rule:python.file-lock-wait", "rule:load.")
+_STORAGE_WORDS = ("file system", "/proc/locks", "uninterruptible sleep", "loading", "weights", "blocked for more than")
+
+
+def _experiment_facts(ev: Evidence, causes: list[dict[str, Any]]) -> dict[str, Any]:
+    """What the evidence says about the things experiments toggle, so that an experiment is
+    proposed only where the evidence touches what it toggles (knowledge/experiments.json's
+    ``when``): more than one rank, a GPU, storage (a file system, a file lock, loading), a FIFO,
+    a compilation. Pasted evidence that cannot tell counts as touching (ranks, GPUs)."""
+    live = ev.origin == "live"
+    ranked = {r.rank for r in ev.ranks if r.rank is not None}
+    multi = len(ranked) > 1 or len(ev.workers) > 1 or not live
+    texts = [(e.get("text") or "", [str(x) for x in e.get("refs") or []], e.get("check"))
+             for c in causes if c["id"] in ("io-stall", "lock-contention") for e in c.get("evidence") or []]
+    fifo = any("FIFO" in text for text, _refs, _check in texts)
+    storage = any(any(r.startswith(_STORAGE_RULES) for r in refs) or check == "kernel.log"
+                  or any(w in text for w in _STORAGE_WORDS) for text, refs, check in texts)
+    return {"exp_multi_rank": multi, "exp_gpu": bool(ev.gpus) or not live, "exp_fifo": fifo,
+            "exp_storage": storage, "exp_compile": any(c["id"] == "compile-in-progress" for c in causes)}
 
 
 def choose_experiment(causes: list[dict[str, Any]], facts: dict[str, Any],
@@ -343,25 +365,39 @@ def _weakened(ev: Evidence) -> list[str]:
     return out
 
 
+_HELPERS = ("resource_tracker", "semaphore_tracker", "forkserver")
+
+
+def _is_helper(cmdline: Any) -> bool:
+    text = " ".join(map(str, cmdline)) if isinstance(cmdline, list) else str(cmdline or "")
+    return any(h in text for h in _HELPERS)
+
+
 def _next_command(ev: Evidence, verdict: str, causes: list[dict[str, Any]] | None = None) -> str:
     hosts = [(s.get("host") or {}).get("name", "HOST") for s in ev.snapshots]
     host = hosts[0] if hosts and hosts[0] else "HOST"
-    roots = ev.roots
+    # multiprocessing's helpers (started by the server, often without its pid in a paste)
+    # are roots of their own, never the server to diagnose
+    roots = [r for r in ev.roots if not _is_helper(r.raw.get("cmdline"))] or ev.roots
     pid = f" --pid {roots[0].pid}" if roots else " --pid PID"
     if ev.origin != "live":
         return (f"hangdoctor diagnose {host if host not in ('pasted', '?') else 'HOST'}{pid} --window 10 "
                 "-o report.html   # live, on the host: adds timing, GPU samples and every worker's stack")
     if verdict == "healthy":
-        return (f"nothing to do now; if clients still hang, diagnose while a request hangs: "
-                f"hangdoctor diagnose {host}{pid} --window 10 -o report.html")
+        # a command first (the report shows it after a prompt), why in its comment
+        return (f"hangdoctor diagnose {host}{pid} --window 10 -o report.html   # nothing to do now; "
+                "if clients still hang, run this while a request hangs")
     if verdict in ("progressing", "inconclusive"):
         return f"hangdoctor diagnose {host}{pid} --window 30 -o report.html   # a longer window tells slow from stuck"
     # --- issue 17: the next command follows what was already collected (--native, a GPU).
     native_done = any(isinstance(e, dict) and e.get("native")
                       for s in ev.snapshots for e in (s.get("stacks") or {}).values())
     strong = bool(causes) and causes[0]["score"] >= 0.5
-    if not ev.has("log") and not strong:
-        return f"hangdoctor diagnose {host}{pid} --log /path/to/server.log -o report.html"
+    # a log that was found (and was empty) is not one to ask for again
+    log_found = any((s.get("log") or {}).get("path") for s in ev.snapshots if isinstance(s.get("log"), dict))
+    if not ev.has("log") and not strong and not log_found:
+        return (f"hangdoctor diagnose {host}{pid} --log /path/to/server.log -o report.html"
+                "   # the server's log: give its path")
     if not native_done:
         why = ("native frames show where CUDA/NCCL waits" if ev.gpus
                else "native frames show the C call each thread is blocked in")
@@ -446,9 +482,56 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
             "next_steps": [_fill(s, ev, odd) for s in _backend_steps(ev, c.next_steps if c else ())],
             "odd_ones_out": odd,
         })
+    # a cause that only risk factors speak for (a version, a /dev/shm size, a setting) is a risk,
+    # not a cause: it supports what a symptom points to and never leads alone
+    # where the evidence stands (phase, waits, errors): the differential's priors
+    obs = differential.observe(ev)
+    prior = differential.prior_signals(obs)
+    # a cause that only risk factors speak for (a version, a /dev/shm size, a setting) is a risk,
+    # not a cause: it supports what a symptom or the position points to and never leads alone
+    risks = []
+    for c in list(causes):
+        if not (c["evidence"] and all("risk" in (i.get("refs") or []) for i in c["evidence"])):
+            continue
+        if c["id"] in prior:
+            # the position points here too: the risk raises it, at the score of both together
+            keep = 1.0 - c["score"]
+            for it in prior[c["id"]]:
+                keep *= 1.0 - it["weight"]
+            c["score"] = round(min(c["score"], 1.0 - keep), 3)
+            c["evidence"] = c["evidence"] + prior[c["id"]]
+            c["summary"] += " (a risk factor, where the evidence stands: " + prior[c["id"]][0]["text"] + ")"
+            continue
+        causes.remove(c)
+        risks.append({"id": c["id"], "title": c["title"], "score": c["score"], "text": c["summary"]})
+    if not causes:
+        for cid, items in prior.items():
+            score = 1.0
+            for it in items:
+                score *= 1.0 - it["weight"]
+            score = min(differential.PRIOR_CAP, 1.0 - score)
+            against = (scored.get(cid) or {}).get("against") or []
+            for it in against:  # what rules a cause out still does, a prior or not
+                score *= 1.0 - min(0.99, it["weight"])
+            score = round(score, 3)
+            if score < MIN_SCORE / 2:
+                continue
+            c = CAUSES.get(cid)
+            causes.append({
+                "id": cid, "title": title(cid), "score": score, "confidence": "low",
+                "symptom_only": False, "prior": True,
+                "summary": "where the evidence stands, not a mechanism: " + items[0]["text"],
+                "evidence": sorted(items, key=lambda i: -i["weight"]), "against": against,
+                "next_steps": [_fill(s, ev, []) for s in _backend_steps(ev, c.next_steps if c else ())],
+                "odd_ones_out": [],
+            })
     # a cause that only downstream symptoms speak for ranks below every mechanism
     causes.sort(key=lambda c: (c["symptom_only"], -c["score"], c["id"]))
+    differential.order_by_explanation(causes, MIN_SCORE)
     rank_confidence(causes, ev)
+    for c in causes:
+        if c.get("prior"):
+            c["confidence"] = "low"
 
     ruled_out = []
     for cid, a in scored.items():
@@ -470,6 +553,12 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
     ruled_out.sort(key=lambda r: r["id"])
 
     verdict, reason = decide_verdict(ev, facts, causes)
+    prose_n = sum(len(i.get("lines") or []) for s in ev.snapshots for i in s.get("pasted_prose") or []
+                  if isinstance(i, dict))
+    if not causes and obs.empty and ev.origin != "live" and prose_n:
+        verdict, reason = "inconclusive", (
+            f"found no evidence: {prose_n} line(s) read as a person's writing (context, never matched as a "
+            "log), and no stack, error, log phase or program output to read")
     stopped = facts.get("stopped") or []
     if stopped and verdict in ("hung", "inconclusive"):
         reason += (f"; {len(stopped)} process(es) are stopped (state T: SIGSTOP, Ctrl-Z or a debugger): "
@@ -565,6 +654,13 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         "verdict_reason": reason,
         "headline": headline,
         "causes": causes,
+        "risks": risks,
+        "split": ({"between": [causes[0]["id"], causes[1]["id"]],
+                   "observe": differential.split_between(causes[0]["id"], causes[1]["id"])}
+                  if len(causes) >= 2 and verdict != "healthy" else None),
+        "position": {"phase": obs.phase, "phase_line": obs.phase_line,
+                     "waits": {w: {"frame": p.frame, "pids": p.pids} for w, p in obs.positions.items()},
+                     "errors": obs.errors},
         "ruled_out": ruled_out,
         "not_checked": not_checked,
         "checks": checks_out,
@@ -581,7 +677,8 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         # a healthy server has no hang to split: no toggle to try (seen: "lsof on the lock file"
         # proposed for an idle vLLM that answered)
         "next_experiment": None if verdict == "healthy" else choose_experiment(
-            causes, facts.get("env_facts") or {}, facts.get("known_issues"), engine=ev.engine.name),
+            causes, {**(facts.get("env_facts") or {}), **_experiment_facts(ev, causes)},
+            facts.get("known_issues"), engine=ev.engine.name),
         "environment": facts.get("environment") or {},
         "next_command": _next_command(ev, verdict, causes),
         "intrusion": intrusion,

@@ -1,0 +1,307 @@
+"""The differential: where the evidence stands (phase, what each process waits on, the errors it
+printed) turned into a ranked list of causes, and the explanation ranked above its consequence.
+
+A mechanism rule or a check says *what* happened. When none speaks, the evidence still says
+*where*: a worker parked in a store wait during start-up, a log that stopped in the middle of
+graph capture, an exception from one rank. Each position has causes it is known to come from
+(``hangdoctor/knowledge/priors.json``, written from CAUSES.md and the libraries' wait points);
+they are ranked, at low confidence, with the one observation that would split the first two. So
+the differential is never empty when a stack, an error or a phase was read, and it is empty when
+nothing was (a README, prose only).
+
+Layer: triage; may import: hangdoctor.triage, hangdoctor.checkapi, hangdoctor.evidence,
+hangdoctor.engines, hangdoctor.knowledge, hangdoctor.snapshot, hangdoctor.parsers and the
+foundation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from hangdoctor.evidence.model import Evidence
+from hangdoctor.knowledge import causes as causes_mod
+
+PRIOR_CAP = 0.35  # a position says where to look, never what it is
+
+# the engine models' phases (hangdoctor/engines/spec.py) in the differential's words
+_ENGINE_PHASE = {
+    "loading": "load", "warming-up": "warmup", "compiling": "compile",
+    "capturing-graphs": "graph-capture", "idle": "serving", "step": "serving",
+    "waiting-on-workers": "serving", "in-collective": "serving", "serving": "serving",
+}
+
+# Where a log stopped, in what the libraries themselves print (torch.distributed, NCCL INFO,
+# vLLM / SGLang / TGI start-up and serving lines, safetensors / hub loading, inductor / Triton /
+# JIT builds, CUDA graph capture). The last line that matches one names the phase.
+_PHASE_LINES: list[tuple[str, re.Pattern[str]]] = [
+    ("shutdown", re.compile(r"destroy_process_group|[Ss]hutting down|shutdown\(\)|Received SIGTERM|atexit")),
+    ("serving", re.compile(r"Avg prompt throughput|Running: \d+ reqs|POST /v1/|GET /v1/|\"POST |Uvicorn running|"
+                           r"Application startup complete|Decode batch|Prefill batch|Started server process|"
+                           r"[Ll]istening on|server is fired up|Connected to the engine|Processed prompts|"
+                           r"request_id|llama server listening|HTTP server listening")),
+    ("graph-capture", re.compile(r"[Cc]aptur\w* (?:CUDA |cuda )?graph|cuda[_ ]graph|CUDA graphs?|graph_capture")),
+    ("compile", re.compile(r"[Cc]ompil(?:ing|e|ation)\b|torch\.compile|inductor|[Aa]utotun|\bJIT\b|"
+                           r"[Bb]uilding extension|ninja|nvcc|Triton kernel|flashinfer\.jit|deep_gemm")),
+    ("warmup", re.compile(r"[Ww]arm(?:ing)?[ -]?up|profile_run|determine_num_available_blocks|"
+                          r"# GPU blocks|num_gpu_blocks|KV cache|Memory profiling|max_total_num_tokens")),
+    ("load", re.compile(r"[Ll]oading (?:weights|model|safetensors|checkpoint|shards)|[Ll]oad(?:ing)? weight|"
+                        r"safetensors|Downloading|[Pp]ulling [0-9a-f]{6,}|load_weights|model weights took|"
+                        r"Loading .* took|llama_model_load|load_tensors")),
+    ("comm-init", re.compile(r"NCCL INFO (?:Bootstrap|comm 0x|Channel|Connected all|NET/|Using network|"
+                             r"cudaDev|NCCL_)|ncclCommInitRank|init_device_mesh|Init COMPLETE")),
+    ("rendezvous", re.compile(r"init_process_group|TCPStore|[Rr]endezvous|store_based_barrier|"
+                              r"Waiting for \d+ (?:other )?(?:ranks|workers|processes)|MASTER_ADDR|"
+                              r"world_size=\d+|init_distributed_environment")),
+]
+
+_ERRORS: list[tuple[str, re.Pattern[str]]] = [
+    ("oom", re.compile(r"[Oo]ut of memory|OutOfMemoryError|\bOOM\b|oom-kill|Killed process \d+")),
+    ("cuda-error", re.compile(r"CUDA error|cudaError\w+|CUBLAS_STATUS|CUDNN_STATUS|illegal memory access|"
+                              r"device-side assert|NVRM: Xid|unspecified launch failure")),
+    ("killed", re.compile(r"\bKilled\b|SIGKILL|SIGSEGV|SIGBUS|SIGABRT|[Ss]egmentation fault|core dumped|"
+                          r"signal \d+|exit(?:ed)? (?:with )?code -?\d+|exitcode\s*:\s*-?\d+|"
+                          r"died|exited unexpectedly|is dead|terminated")),
+    ("timeout", re.compile(r"\btimed out\b|\b[Tt]imeout(?:Error|Exception)?\b(?![=<>~-])|[Dd]eadline exceeded|"
+                           r"Watchdog caught")),
+    ("connection", re.compile(r"Connection (?:refused|reset|closed)|ConnectionResetError|Broken pipe|"
+                              r"ECONNREFUSED|No route to host|Name or service not known|ConnectionError")),
+    ("exception", re.compile(r"^\s*Traceback \(most recent call last\)|(?:^|\s)\w+(?:Error|Exception)\b:")),
+]
+# where a poster says it stops ("hangs after loading the weights", "stuck at 99 %% of the pull"):
+# context, used only when no program line names a phase, and at a lower weight
+_SAYS_STOPS = re.compile(r"\b(?:hang|hangs|hung|hanging|stuck|freez\w*|frozen|stops?|stopped|stall\w*|"
+                         r"block\w*|never (?:finish\w*|return\w*|complet\w*|start\w*))\b"
+                         r"(?P<where>[^.;!?]{0,100})", re.I)
+_PROSE_PHASE: list[tuple[str, re.Pattern[str]]] = [
+    ("shutdown", re.compile(r"\b(?:shut ?down|exit\w*|terminat\w*|destroy\w*|teardown|clean ?up)\b", re.I)),
+    ("graph-capture", re.compile(r"\bcaptur\w*|cuda ?graph", re.I)),
+    ("compile", re.compile(r"\bcompil\w*|\bjit\b|autotun\w*|\bbuild\w*", re.I)),
+    ("warmup", re.compile(r"\bwarm[ -]?up|profil\w*|kv cache", re.I)),
+    ("load", re.compile(r"\bload\w*|download\w*|\bpull\w*|weights?\b|checkpoint|safetensors", re.I)),
+    ("rendezvous", re.compile(r"rendezvous|barrier|init_process_group|process group|\bstore\b", re.I)),
+    ("comm-init", re.compile(r"\bnccl\b.*\binit|communicator|\bp2p\b", re.I)),
+    ("init", re.compile(r"\bstart\w*|\binit\w*|launch\w*|boot\w*", re.I)),
+    ("serving", re.compile(r"\brequests?\b|\bgenerat\w*|inference|decod\w*|prefill|serving|batch\w*|"
+                          r"\bprompts?\b|completion|\bchat\b|embedding", re.I)),
+]
+PROSE_FACTOR = 0.6  # what a person says of where it stops weighs less than where a program stopped
+
+# a thread in the import machinery is importing, whatever the innermost frame is
+_IMPORT_FRAMES = ("_find_and_load", "_load_unlocked", "_call_with_frames_removed", "exec_module")
+
+
+@lru_cache(maxsize=1)
+def priors() -> dict[str, Any]:
+    path = os.path.join(os.path.dirname(causes_mod.__file__), "priors.json")
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+@dataclass
+class Position:
+    wait: str  # the wait class (evidence/stacks.py's wait_kind, collective ops folded)
+    frame: str
+    pids: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Observations:
+    """Where the evidence stands: positions of the processes, the phase, the errors."""
+
+    positions: dict[str, Position] = field(default_factory=dict)
+    phase: str | None = None
+    phase_line: str = ""
+    errors: dict[str, str] = field(default_factory=dict)  # error class -> first line
+    phase_said: bool = False  # the phase is the poster's word, not a program line's
+
+    @property
+    def empty(self) -> bool:
+        return not self.positions and not self.phase and not self.errors
+
+
+def _wait_of(thread: Any) -> str:
+    if any(not f.native and f.bare in _IMPORT_FRAMES for f in thread.frames):
+        return "import"
+    kind = thread.wait_kind or "unknown"
+    return "collective" if kind.startswith("collective") else kind
+
+
+# a command line someone typed says what was run, not where a process stands
+_TYPED = re.compile(r"^\s*(?:[$#>%]\s+)?(?:sudo\s+)?(?:[\w./-]*/)?(?:hangdoctor|python3?|vllm|sglang|docker|"
+                    r"podman|kubectl|torchrun|deepspeed|mpirun|srun|pip3?|curl|export|cd|ls|cat|git|ssh|bash|sh|"
+                    r"text-generation-launcher|ollama|llama-server|trtllm-serve|nvidia-smi|py-spy|gdb)\b")
+
+
+def _evidence_lines(ev: Evidence) -> list[str]:
+    """The lines a program printed: the log (live or pasted, prose already set apart) and the
+    pasted evidence lines; never the poster's sentences."""
+    lines: list[str] = []
+    for s in ev.snapshots:
+        for item in s.get("pasted_text") or []:
+            if isinstance(item, dict):
+                lines.extend(x for x in item.get("lines") or [] if isinstance(x, str))
+        if not s.get("pasted_text"):
+            lines.extend(x for x in (s.get("log") or {}).get("tail") or [] if isinstance(x, str))
+        lines.extend(x for x in (s.get("kernel_log") or {}).get("lines") or [] if isinstance(x, str))
+    return [x for x in lines[-20000:] if not _TYPED.match(x)]
+
+
+def observe(ev: Evidence) -> Observations:
+    obs = Observations()
+    for (_host, pid), ps in ev.stacks.items():
+        if not ps.ok:
+            continue
+        main = ps.main
+        threads = [main] if main else []
+        # a side thread parked in a lock, a store or a collective tells as much as the main one
+        threads += [t for t in ps.threads if t is not main and _wait_of(t) in
+                    ("lock", "rendezvous", "nccl-init", "collective", "io", "compile", "graph-capture")]
+        for t in threads:
+            w = _wait_of(t)
+            if w in ("unknown",):
+                continue
+            pos = obs.positions.setdefault(w, Position(w, t.detail or (t.top.short if t.top else "")))
+            if pid not in pos.pids:
+                pos.pids.append(pid)
+    lines = _evidence_lines(ev)
+    try:
+        phase, eline = ev.engine.log_phase() if ev.engine.model is not None else (None, "")
+    except Exception:  # noqa: BLE001 - an engine view that cannot read the log leaves the phase open
+        phase, eline = None, ""
+    generic: tuple[str | None, str] = (None, "")
+    for line in lines:
+        for name, rx in _PHASE_LINES:
+            if rx.search(line):
+                generic = (name, line.strip()[:200])  # the last one wins: where it stopped
+                break
+        for name, rx in _ERRORS:
+            if name not in obs.errors and rx.search(line):
+                obs.errors[name] = line.strip()[:200]
+                break
+    # the engine's own model of its log first; then the last line that one of the libraries'
+    # own messages (generated from their source) matches; the generic lines otherwise
+    if phase in _ENGINE_PHASE:
+        obs.phase, obs.phase_line = _ENGINE_PHASE[phase], eline
+    else:
+        obs.phase, obs.phase_line = _phase_of_messages(lines) or generic
+    if obs.phase is None:
+        said = _phase_said(ev)
+        if said:
+            obs.phase, obs.phase_line = said
+            obs.phase_said = True
+    return obs
+
+
+def _phase_said(ev: Evidence) -> tuple[str, str] | None:
+    """Where the poster says it stops, from their sentences (never a script): the first phase
+    word after 'hangs / stuck / stops at…'. A written document (a README, a write-up) describes
+    hangs in general, not this one: nothing is taken from it, unless it reads as someone's report
+    of their own incident (parsers.prose.is_report)."""
+    for s in ev.snapshots:
+        for item in s.get("pasted_prose") or []:
+            if not isinstance(item, dict) or item.get("script"):
+                continue
+            said: list[tuple[str, str]] = []
+            for line in item.get("lines") or []:
+                if not isinstance(line, str):
+                    continue
+                m = _SAYS_STOPS.search(line)
+                if not m:
+                    continue
+                for name, rx in _PROSE_PHASE:
+                    if rx.search(m.group("where")):
+                        said.append((name, line.strip()[:200]))
+                        break
+            if not said:
+                continue
+            if not item.get("document") or item.get("report"):
+                return said[0]
+    return None
+
+
+# the generated messages' phases in the differential's words
+_MESSAGE_PHASE = {"init": "init", "rendezvous": "rendezvous", "load": "load", "compile": "compile",
+                  "warmup": "warmup", "graph-capture": "graph-capture", "serving": "serving",
+                  "shutdown": "shutdown", "import": "import"}
+
+
+def _phase_of_messages(lines: list[str]) -> tuple[str, str] | None:
+    try:
+        from hangdoctor.knowledge.generated import match_message
+    except ImportError:
+        return None
+    for line in reversed(lines[-3000:]):
+        for m in match_message(line):
+            ph = _MESSAGE_PHASE.get(str(m.get("phase")))
+            if ph:
+                return ph, line.strip()[:200]
+    return None
+
+
+def prior_signals(obs: Observations) -> dict[str, list[dict[str, Any]]]:
+    """cause -> the positions that speak for it (text, weight), from priors.json."""
+    data = priors()
+    out: dict[str, list[dict[str, Any]]] = {}
+
+    def add(table: dict[str, float], text: str) -> None:
+        for cause, w in table.items():
+            if cause in causes_mod.CAUSES:
+                out.setdefault(cause, []).append({"text": text, "check": "differential",
+                                                  "weight": round(min(PRIOR_CAP, float(w)), 3),
+                                                  "refs": ["prior"]})
+
+    for w, pos in obs.positions.items():
+        table = data["wait"].get(w)
+        if table:
+            who = f"{len(pos.pids)} process(es)" if len(pos.pids) != 1 else f"pid {pos.pids[0]}"
+            add(table, f"{who} wait in {w}" + (f" ({pos.frame})" if pos.frame else ""))
+    if obs.phase and obs.phase in data["phase"]:
+        table = data["phase"][obs.phase]
+        if obs.phase_said:
+            table = {c: w * PROSE_FACTOR for c, w in table.items()}
+            add(table, f"the poster says it stops in the {obs.phase} phase: \"{obs.phase_line}\"")
+        else:
+            add(table, f"the evidence stops in the {obs.phase} phase"
+                + (f": {obs.phase_line}" if obs.phase_line else ""))
+    for cls, line in obs.errors.items():
+        table = data["error"].get(cls)
+        if table:
+            add(table, f"an error of class {cls}: {line}")
+    return out
+
+
+def split_between(a: str, b: str) -> str:
+    s = priors()["splits"]
+    return s.get(f"{a}|{b}") or s.get(f"{b}|{a}") or s["default"]
+
+
+def explains(cause: str, other: str) -> bool:
+    return other in (priors()["explains"].get(cause) or [])
+
+
+def order_by_explanation(ranked: list[dict[str, Any]], min_score: float) -> None:
+    """In place: a cause with a mechanism behind it goes above a consequence of it that ranked
+    higher by little (SIGBUS on a full /dev/shm above the rank that died of it). A weak cause does
+    not jump a strong consequence: the evidence for the consequence may have another origin."""
+    moved = True
+    guard = 0
+    while moved and guard < 20:
+        moved = False
+        guard += 1
+        for i in range(len(ranked)):
+            for j in range(i + 1, len(ranked)):
+                a, b = ranked[i], ranked[j]
+                if (explains(b["id"], a["id"]) and not explains(a["id"], b["id"])
+                        and not b.get("symptom_only") and not b.get("prior")
+                        and b["score"] >= max(min_score, 0.8 * a["score"])):
+                    b.setdefault("explains", []).append(a["id"])
+                    ranked.insert(i, ranked.pop(j))
+                    moved = True
+                    break
+            if moved:
+                break

@@ -1,0 +1,289 @@
+"""The generated knowledge (hangdoctor/knowledge/generated): its schema, its regexes, that the
+committed files are what the generator makes from the sources, and the reader.
+
+No downloads: ``tests/fixtures/gen_knowledge/`` holds a few source files exactly as the
+generator read them (from the wheels, the interpreter's Lib and the NCCL snapshot named in
+manifest.json); the generator's pure part runs on them and must reproduce, entry for entry, what
+the committed files say about those files.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from pathlib import Path
+
+import pytest
+
+from hangdoctor.knowledge import generated as G
+from hangdoctor.knowledge.causes import CAUSES
+from tools.gen_knowledge import build as B
+from tools.gen_knowledge import extract_native as N
+from tools.gen_knowledge import extract_py as P
+from tools.gen_knowledge import selectors as S
+from tools.gen_knowledge import templates as T
+from tools.gen_knowledge.sources import DirSource
+
+ROOT = Path(__file__).resolve().parent.parent
+GEN = ROOT / "hangdoctor" / "knowledge" / "generated"
+FIX = ROOT / "tests" / "fixtures" / "gen_knowledge"
+WDOC = json.loads((GEN / "wait_points.json").read_text(encoding="utf-8"))
+MDOC = json.loads((GEN / "messages.json").read_text(encoding="utf-8"))
+
+WP_KEYS = {"id": str, "package": str, "version": str, "file": str, "line": int,
+           "function": str, "native": bool, "wait_class": str, "phase": str,
+           "waits_for": str, "released_by": str}
+MSG_KEYS = {"id": str, "package": str, "version": str, "file": str, "line": int, "level": str,
+            "template": str, "regex": str, "event": str, "phase": str, "kind": str,
+            "causes": list, "meaning": str}
+
+
+# ------------------------------------------------------------------ schema of the committed files
+@pytest.mark.parametrize("doc", [WDOC, MDOC], ids=["wait_points", "messages"])
+def test_header_names_every_source(doc: dict) -> None:
+    assert doc["schema"] == 1 and doc["generated_by"].startswith("tools/gen_knowledge")
+    origins = {(s["package"], s["version"]) for s in doc["sources"]}
+    for s in doc["sources"]:
+        assert re.fullmatch(r"pip:\S+==\S+|git:\S+@[0-9a-f]{40}|stdlib:\d+\.\d+\.\d+", s["origin"]), s
+    entries = doc.get("wait_points") or doc.get("messages")
+    assert entries
+    for e in entries:
+        assert (e["package"], e["version"]) in origins, e["id"]
+
+
+def test_wait_points_schema() -> None:
+    wps = WDOC["wait_points"]
+    assert len({w["id"] for w in wps}) == len(wps)
+    for w in wps:
+        for k, t in WP_KEYS.items():
+            assert isinstance(w[k], t), (w["id"], k)
+            if t is str:
+                assert w[k], (w["id"], k)
+        assert w["module"] is None or isinstance(w["module"], str)
+        assert w["wait_class"] in B.WAIT_CLASSES, w["id"]
+        assert w["phase"] in B.PHASES, w["id"]
+        assert w["native"] or (w["module"] and w["file"].endswith(".py") and w["line"] > 0), w["id"]
+
+
+def test_messages_schema() -> None:
+    msgs = MDOC["messages"]
+    assert len({m["id"] for m in msgs}) == len(msgs)
+    for m in msgs:
+        for k, t in MSG_KEYS.items():
+            assert isinstance(m[k], t), (m["id"], k)
+        assert m["level"] in B.LEVELS and m["phase"] in B.PHASES and m["kind"] in B.KINDS, m["id"]
+        assert re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", m["event"]), m["event"]
+        for c in m["causes"]:
+            assert c["cause"] in CAUSES, (m["id"], c)
+            cap = 0.5 if m["kind"] == "mechanism" else 0.2
+            assert 0 < c["weight"] <= cap, (m["id"], c)
+        if m["kind"] in ("progress", "state"):
+            assert all(c["weight"] <= 0.2 for c in m["causes"]), m["id"]
+        re.compile(m["regex"])
+
+
+def test_every_regex_matches_its_own_template_rendered() -> None:
+    """A template with each field filled in ('7', 'x', a path) is a line the regex must find."""
+    for m in MDOC["messages"]:
+        assert m["syntax"] in T.TOKENIZERS, (m["id"], m["syntax"])
+        toks = _tokens(m)
+        for value in ("7", "x", "/tmp/a b.lock"):
+            line = T.render_sample(toks, value)
+            assert re.search(m["regex"], line), (m["id"], m["regex"], line)
+            assert m["literal"] in line and m["key"] in re.findall(r"\w+", line), m["id"]
+
+
+def _tokens(m: dict) -> list[T.Token]:
+    """The template's tokens, read back with the grammar the generator recorded."""
+    return T.TOKENIZERS[m["syntax"]](m["template"])
+
+
+def test_counts_are_what_the_docs_say_roughly() -> None:
+    """Enough to be worth reading: every wait class and most packages are represented."""
+    classes = {w["wait_class"] for w in WDOC["wait_points"]}
+    assert classes == set(B.WAIT_CLASSES) - {"import"} or classes >= set(B.WAIT_CLASSES) - {"import"}
+    pkgs = {m["package"] for m in MDOC["messages"]}
+    assert {"torch", "nccl", "vllm", "sglang", "huggingface_hub", "text-generation-inference"} <= pkgs
+
+
+# ------------------------------------------------------------------ committed == generated
+def _fixture_sources() -> list[DirSource]:
+    manifest = json.loads((FIX / "manifest.json").read_text(encoding="utf-8"))
+    return [DirSource(FIX / d, v["package"], v["version"], v["origin"]) for d, v in sorted(manifest.items())]
+
+
+@pytest.mark.parametrize("src", _fixture_sources(), ids=lambda s: s.origin)
+def test_committed_entries_are_what_the_generator_makes_from_the_sources(src: DirSource) -> None:
+    files = set(src.names())
+    waits = [w for w in S.WAITS if B._src_matches(w.src, src)]
+    msgs = [m for m in S.MESSAGES if B._src_matches(m.src, src)]
+    wdoc, mdoc, _errors = B.build([src], waits, msgs)  # files absent from the fixture: errors
+
+    def mine(entries: list[dict]) -> list[dict]:
+        return [e for e in entries if e["package"] == src.package and e["version"] == src.version
+                and e["file"] in files]
+
+    want_w, got_w = mine(WDOC["wait_points"]), mine(wdoc["wait_points"])
+    want_m, got_m = mine(MDOC["messages"]), mine(mdoc["messages"])
+    assert got_w or got_m, f"the fixture {src.origin} yields nothing"
+    assert got_w == want_w
+    assert got_m == want_m
+
+
+def test_output_is_deterministic() -> None:
+    srcs = _fixture_sources()
+    a = B.build(srcs, S.WAITS, S.MESSAGES)
+    b = B.build(list(reversed(srcs)), S.WAITS, S.MESSAGES)
+    assert B.dumps(a[0]) == B.dumps(b[0]) and B.dumps(a[1]) == B.dumps(b[1])
+
+
+def test_a_selector_that_finds_nothing_is_an_error() -> None:
+    src = _fixture_sources()[0]
+    bad = B.Wait("x", src.package, ["no/such/file.py"], "lock", "any", "w", "r", name="nope")
+    _, _, errors = B.build([src], [bad], [])
+    assert any("no file matching" in e for e in errors) and any("found nothing" in e for e in errors)
+
+
+# ------------------------------------------------------------------ the extractors, on snippets
+def test_templates_to_regex() -> None:
+    toks = T.percent_tokens("rank %d waited %.2f s on %s (%zu bytes, 100%%) at %p")
+    rx = T.to_regex(toks)
+    assert re.search(rx, "rank 3 waited 1.50 s on store (12 bytes, 100%) at 0x7f00")
+    assert not re.search(rx, "rank x waited 1.50 s on store (12 bytes, 100%) at 0x7f00")
+    assert T.to_regex(T.brace_tokens("took {:.2f}s for {name} {{literal}}")) == (
+        r"took\ " + r"(?:[-+]?[\d.]+(?:[eE][-+]?\d+)?|[-+]?(?:nan|inf))" + r"s\ for\ .*?\ \{literal\}")
+    assert T.key_word(T.percent_tokens("%sfoo bar baz_qux%d")) == "bar"
+
+
+def test_python_messages_from_a_snippet() -> None:
+    src = '''
+import logging
+logger = logging.getLogger(__name__)
+class Q:
+    def acquire(self, t):
+        logger.info("No block found in %s seconds", t)
+        logger.warning(f"Still waiting on {self.path} after {t:.1f} s")
+        raise TimeoutError("RPC call to {} timed out.".format(t))
+def f():
+    logger.debug("plain %s text")
+'''
+    fns, msgs = P.parse(src)
+    assert [f.qualname for f in fns] == ["Q.acquire", "f"]
+    got = [(m.function, m.level, m.via, T.to_template(m.tokens)) for m in msgs]
+    assert got == [("Q.acquire", "info", "log", "No block found in %s seconds"),
+                   ("Q.acquire", "warning", "log", "Still waiting on {self.path} after {t:.1f} s"),
+                   ("Q.acquire", "error", "raise", "RPC call to {} timed out."),
+                   ("f", "debug", "log", "plain %s text")]
+    # logging substitutes %-fields only when arguments follow: a lone "%s" is literal text
+    assert msgs[3].tokens == [("lit", "plain %s text")]
+
+
+def test_c_messages_join_adjacent_literals_and_pri_macros() -> None:
+    src = 'x;\n  WARN("Net : Connect to %s failed : %s"\n       " (after %" PRIu64 " tries)", a, b, n);\n' \
+          '  INFO(NCCL_INIT|NCCL_NET, "Bootstrap : Using %s", name);\n  WARN(msg);\n'
+    got = N.c_messages(src, S.NCCL_MACROS)
+    assert [(m.line, m.level, T.to_template(m.tokens)) for m in got] == [
+        (2, "warning", "Net : Connect to %s failed : %s (after %lu tries)"),
+        (4, "info", "Bootstrap : Using %s")]
+
+
+def test_native_names() -> None:
+    assert N.qualified_name("_ZN4c10d8TCPStore6doWaitEN3c108ArrayRefINSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEEEENSt6chrono8durationIlSt5ratioILl1ELl1000EEEE") == "c10d::TCPStore::doWait"
+    assert N.qualified_name("_ZNK4c10d16ProcessGroupNCCL8WorkNCCL11isCompletedEv") == "c10d::ProcessGroupNCCL::WorkNCCL::isCompleted"
+    assert N.qualified_name("ncclCommInitRank") == "ncclCommInitRank"
+    assert N.qualified_name("_ZN4c10d8TCPStoreC2ESsRKNS_15TCPStoreOptionsE") == "c10d::TCPStore::TCPStore"
+    assert N.qualified_name("_ZTVN4c10d8TCPStoreE") is None
+    hdr = "extern __host__ cudaError_t CUDARTAPI cudaStreamSynchronize(cudaStream_t stream);\n" \
+          "CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle h, unsigned int f);\n"
+    assert N.header_functions(hdr, r"cuda\w+|cu\w+") == [("cudaStreamSynchronize", 1), ("cuIpcOpenMemHandle", 2)]
+    assert N.printable_strings(b"\x00\x01Socket Timeout\x00ab\x00Watchdog caught\xff", 8) == ["Socket Timeout", "Watchdog caught"]
+
+
+def test_rust_and_go_messages() -> None:
+    rs = 'tracing::info!("Waiting for shard to be ready...", rank = rank);\n' \
+         'tracing::error!("Shard {rank} failed to start");\n'
+    assert [T.to_template(m.tokens) for m in N.rust_messages(rs)] == [
+        "Waiting for shard to be ready...", "Shard {rank} failed to start"]
+    go = 'slog.Info("waiting for llama runner to start responding")\nreturn fmt.Errorf("timed out waiting for llama runner to start: %w", err)\n'
+    assert [(m.level, T.to_template(m.tokens)) for m in N.go_messages(go)] == [
+        ("info", "waiting for llama runner to start responding"),
+        ("error", "timed out waiting for llama runner to start: %w")]
+
+
+# ------------------------------------------------------------------ the reader
+@pytest.mark.parametrize("function,where,wait_class,package", [
+    ("recv_bytes", "/usr/lib/python3.11/multiprocessing/connection.py", "ipc-queue", "cpython"),
+    ("_recv_bytes", "multiprocessing.connection", "ipc-queue", "cpython"),
+    ("acquire_read", "/opt/venv/lib/python3.12/site-packages/vllm/distributed/device_communicators/shm_broadcast.py:466",
+     "ipc-queue", "vllm"),
+    ("all_reduce", "torch/distributed/distributed_c10d.py", "collective", "torch"),
+    ("barrier", "site-packages/torch/distributed/distributed_c10d.py", "collective", "torch"),
+    ("wait", "torch/utils/file_baton.py", "lock", "torch"),
+    ("c10d::TCPStore::doWait(c10::ArrayRef<std::string>, std::chrono::duration<long, std::ratio<1l, 1000l> >)",
+     "libtorch_cpu.so", "store", "torch"),
+    ("#4 0x00007f1c in ncclCommInitRank () from /usr/lib/libnccl.so.2", None, "comm-init", "nccl"),
+    ("ncclCommInitRank+0x1f", None, "comm-init", "nccl"),
+    ("cudaStreamSynchronize", None, "gpu-sync", "nvidia-cuda-runtime-cu12"),
+    ("cuIpcOpenMemHandle_v2", "libcuda.so.1", "cuda-ipc", "nvidia-cuda-runtime-cu12"),
+    ("c10d::ProcessGroupNCCL::WorkNCCL::synchronize()", None, "collective", "torch"),
+    ("event_loop_overlap", "sglang/srt/managers/scheduler.py", "idle-wait", "sglang"),
+    ("acquire", "filelock/_api.py", "lock", "filelock"),
+])
+def test_classify_frame_finds_the_wait_point(function: str, where: str | None, wait_class: str, package: str) -> None:
+    wp = G.classify_frame(function, where)
+    assert wp is not None, function
+    assert (wp["wait_class"], wp["package"]) == (wait_class, package)
+
+
+@pytest.mark.parametrize("function,where", [
+    ("recv_bytes", "myapp/connection.py"),  # same name, another file
+    ("all_reduce", None),  # a bare Python name without its file is not trusted
+    ("main", "serve.py"),
+    ("c10d::TCPStore::setTimeout", "libtorch_cpu.so"),
+    ("", None),
+])
+def test_classify_frame_rules_out_frames_it_does_not_know(function: str, where: str | None) -> None:
+    assert G.classify_frame(function, where) is None
+
+
+@pytest.mark.parametrize("line,event", [
+    ("[rank1]:[E1201 10:00:00.000 ProcessGroupNCCL.cpp:616] [Rank 1] Watchdog caught collective "
+     "operation timeout: WorkNCCL(SeqNum=5, OpType=ALLREDUCE) ran for 600000 milliseconds", "nccl-watchdog-timeout"),
+    ("INFO 12-01 10:00:00 [shm_broadcast.py:466] No available shared memory broadcast block found in 60 seconds. "
+     "This typically happens when some processes are hanging or doing some time-consuming work (e.g. compilation).",
+     "shm-broadcast-wait"),
+    ("ERROR 12-01 10:00:01 [multiproc_executor.py:154] Worker proc VllmWorker-1 died unexpectedly, shutting down executor.",
+     "worker-died"),
+    ("node1:123:456 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer node2<5555>",
+     "nccl-socket"),
+    ("2024-01-01T00:00:00.000Z  INFO text_generation_launcher: Waiting for shard to be ready... rank=0", "tgi-shard-wait"),
+    ("[2025-01-01 10:00:00] Watchdog timeout (self.watchdog_timeout=300)", "scheduler-watchdog-timeout"),
+    ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
+     "store-timeout"),
+])
+def test_match_message_reads_real_lines(line: str, event: str) -> None:
+    events = [m["event"] for m in G.match_message(line)]
+    assert event in events, events
+
+
+@pytest.mark.parametrize("line", [
+    "INFO:     127.0.0.1:5000 - \"POST /v1/completions HTTP/1.1\" 200 OK",
+    "the watchdog may time out, said the poster",
+    "",
+])
+def test_match_message_is_quiet_on_ordinary_lines(line: str) -> None:
+    assert G.match_message(line) == []
+
+
+def test_match_message_is_fast() -> None:
+    G.match_message("warm")
+    lines = ["INFO 12-01 10:00:00 [loggers.py:123] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+             "Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: 0.1%"] * 29000 + [
+        "ERROR 12-01 [multiproc_executor.py:154] Worker proc VllmWorker-1 died unexpectedly, "
+        "shutting down executor."] * 1000
+    t = time.process_time()
+    hits = sum(bool(G.match_message(line)) for line in lines)
+    spent = time.process_time() - t
+    assert hits >= 1000
+    assert spent < 3.0, spent  # CPU time, so a loaded machine does not fail it; ~0.4 s alone

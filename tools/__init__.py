@@ -1,0 +1,1 @@
+"""Developer tools kept with the repository (not shipped in the package)."""

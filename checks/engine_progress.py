@@ -159,6 +159,11 @@ def assess(ev: Evidence) -> dict[str, Any] | None:
         facts["canary"] = canary
         if canary.get("sent") and canary.get("ok"):
             progress.append(f"the 1-token canary answered in {canary.get('latency_s') or 0:.2f} s")
+        elif canary.get("sent") and isinstance(canary.get("code"), int):
+            # an HTTP answer (401 for a wrong key, 4xx, 5xx): the front end answered in time;
+            # a refused request is not a hung engine
+            progress.append(f"the 1-token canary was answered with HTTP {canary['code']} "
+                            f"in {canary.get('latency_s') or 0:.2f} s (refused, not hung)")
         elif canary.get("sent"):
             in_flight.append(f"the 1-token canary got no answer: {canary.get('error')}")
             short.append("the 1-token canary got no answer")

@@ -334,6 +334,15 @@ def build_manifest(
 # ---------------------------------------------------------------------------- writing
 
 
+def scrub_known_bytes(body: bytes) -> bytes:
+    """``body`` with every secret value met so far (redact.learn) masked."""
+    from hangdoctor.redact import scrub_known
+
+    if not body:
+        return body
+    return scrub_known(body.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape")
+
+
 def _tar_bytes(files: dict[str, bytes], root: str, handle: Any) -> None:
     from hangdoctor.outfile import dir_mode, file_mode
 
@@ -346,6 +355,7 @@ def _tar_bytes(files: dict[str, bytes], root: str, handle: Any) -> None:
             info.type, info.mode, info.mtime = tarfile.DIRTYPE, dmode, now
             tar.addfile(info)
         for rel, body in sorted(files.items()):
+            body = scrub_known_bytes(body)  # a secret met anywhere is scrubbed in every member
             info = tarfile.TarInfo(f"{root}/{rel}")
             info.size, info.mode, info.mtime = len(body), fmode, now
             tar.addfile(info, io.BytesIO(body))

@@ -1,6 +1,6 @@
 """Errors that reach the user. Only hangdoctor.cli turns them into messages and exit codes.
 
-Layer: foundation; may import: the standard library only.
+Layer: foundation; may import: the standard library and hangdoctor.redact.
 """
 
 from __future__ import annotations
@@ -12,6 +12,12 @@ class HangdoctorError(Exception):
     exit_code = 2
 
     def __init__(self, message: str, remedy: str | None = None) -> None:
+        # an error line is a sink like any report: it often quotes the target's own stderr,
+        # a command line or a host spec, so it is redacted where it is made
+        from hangdoctor.redact import redact_text
+
+        message = redact_text(str(message))
+        remedy = redact_text(str(remedy)) if remedy is not None else None
         super().__init__(message)
         self.message = message
         self.remedy = remedy

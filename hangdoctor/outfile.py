@@ -138,6 +138,9 @@ def _write_in_place(path: str, data: bytes, st: os.stat_result) -> None:
 
 
 def write_text(path: str, text: str, *, follow_symlink: bool = True, what: str = "output") -> None:
+    from hangdoctor.redact import scrub_known  # a secret met anywhere is scrubbed in every file
+
+    text = scrub_known(text)
     write_bytes(path, text.encode("utf-8", "backslashreplace"), follow_symlink=follow_symlink,
                 what=what)
 

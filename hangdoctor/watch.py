@@ -175,9 +175,10 @@ class Logger:
 
     def __call__(self, message: str) -> None:
         stream = self.stream or sys.stderr
+        from hangdoctor.redact import redact_text  # --url may carry user:pass@ or a token
         from hangdoctor.textsafe import clean_text  # an endpoint's answer is not to be trusted
 
-        stream.write(f"{utc_iso()} hangdoctor watch: {clean_text(message)}\n")
+        stream.write(f"{utc_iso()} hangdoctor watch: {clean_text(redact_text(message))}\n")
         stream.flush()
 
     def debug(self, message: str) -> None:

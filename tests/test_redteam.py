@@ -190,9 +190,14 @@ def test_f6_log_on_a_hung_mount_keeps_the_deadline_and_the_evidence(
         assert rc != 4, err
         snap = json.loads(snap_path.read_text())
         entry = manifest(snap)["log"]
-        assert entry["status"] == "timeout", entry
-        assert "hung network or FUSE" in entry["detail"]
-        assert "log" not in snap
+        if how == "auto-detected":
+            # read through /proc/PID/fd/1 (round 2, R02): the file the server holds, which a
+            # mount over its folder does not stand in front of
+            assert entry["status"] == "ok", entry
+        else:
+            assert entry["status"] == "timeout", entry
+            assert "hung network or FUSE" in entry["detail"]
+            assert "log" not in snap
         # the other evidence is all there
         assert [p for p in snap["processes"] if p["pid"] == server.pid and p["alive"]]
         assert snap["stacks"][str(server.pid)]["status"] == "ok"

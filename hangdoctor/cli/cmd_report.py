@@ -6,12 +6,12 @@ modules (options, documents), never another command module.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
 import click
 
+from hangdoctor import bounded
 from hangdoctor.cli.documents import _bundle_documents
 from hangdoctor.cli.options import (
     _NO_REDACT_ON_LOAD,
@@ -52,9 +52,9 @@ def report(document: str, output: str | None, fmt: str | None, checks_dirs: tupl
     else:
         whole = snapshot_io.read_snapshot_file(document) if document != "-" else None
         name, text = (document, whole) if whole is not None else read_input(document)
-        kind = sniff_json_document(text)
+        kind = sniff_json_document(text, name)
     if kind == "analysis":
-        analysis = json.loads(text)
+        analysis = bounded.loads(text, name)  # its depth too (sniffing checked the rest)
         if not no_redact:
             analysis = snapshot_io.redact_loaded_analysis(analysis)
     elif kind == "snapshot":

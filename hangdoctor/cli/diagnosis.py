@@ -216,6 +216,10 @@ def _collect(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str, 
             api_key=opts.get("api_key") or None,
         )
 
+    if opts.get("api_key"):  # our own key: scrubbed from every output wherever it recurs
+        from hangdoctor.redact import learn
+
+        learn(opts["api_key"], always=True)
     return asyncio.run(multi.collect_all(targets, config_for, opts["deadline"], all_started))
 
 

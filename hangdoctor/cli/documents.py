@@ -10,9 +10,10 @@ import os
 from pathlib import Path
 from typing import Any
 
+from hangdoctor import bounded
 from hangdoctor.errors import HangdoctorError, InputError
 
-MAX_BUNDLE_MEMBER_BYTES = 512 << 20
+MAX_BUNDLE_MEMBER_BYTES = bounded.MAX_JSON_BYTES
 MAX_DIR_FILES = 500
 
 
@@ -23,7 +24,8 @@ def _bundle_documents(path: str) -> dict[str, str] | None:
 
     names = ("snapshot.json", "analysis.json")
     if os.path.isdir(path):
-        found = {n: os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))}
+        found = {n: os.path.join(path, n) for n in names if os.path.isfile(os.path.join(path, n))
+                 and _inside(os.path.join(path, n), path)}
         if not found:
             return None
         out = {}
@@ -45,17 +47,30 @@ def _bundle_documents(path: str) -> dict[str, str] | None:
                 # the bundle's files sit at the top or in its one top-level folder
                 if not member.isfile() or len(parts) > 2 or parts[-1] not in names:
                     continue
+                if parts[-1] in out:
+                    continue  # the first member of a name is the bundle's; the rest is not read
                 if member.size > MAX_BUNDLE_MEMBER_BYTES:
                     raise InputError(f"{path}: {member.name} is {member.size >> 20} MiB", "too large to read")
                 handle = tar.extractfile(member)
                 if handle is not None:
-                    out.setdefault(parts[-1], handle.read().decode("utf-8", "replace"))
+                    data = handle.read(MAX_BUNDLE_MEMBER_BYTES + 1)
+                    # the value count before any decoding (a 48 KB .tar.gz held 2.4 GB of it)
+                    bounded.check_json_text(data, f"{path}:{member.name}")
+                    out[parts[-1]] = data.decode("utf-8", "replace")
     except (tarfile.TarError, OSError, EOFError) as exc:
         raise InputError(f"{path}: not a readable archive ({exc})", "give the bundle hangdoctor snapshot wrote") from None
     if not out:
         raise InputError(f"{path} is an archive without snapshot.json or analysis.json",
                          "give a bundle written by hangdoctor snapshot")
     return out
+
+
+def _inside(path: str, folder: str) -> bool:
+    """Whether ``path`` (a file found in ``folder``) stays in it once its links are resolved: a
+    ticket archive's ``vllm.log -> ~/.netrc`` must not pull the analyst's own file in."""
+    top = os.path.realpath(folder)
+    real = os.path.realpath(path)
+    return real == top or real.startswith(top.rstrip("/") + "/")
 
 
 # What a folder walk leaves out: a folder given to analyze is evidence someone gathered, but
@@ -84,7 +99,8 @@ class Walked:
     def __init__(self) -> None:
         self.files: list[str] = []
         self.skipped_dirs: list[str] = []
-        self.skipped = {"hidden": 0, "source or media": 0, "binary": 0, "over 32 MiB": 0, "over the cap": 0}
+        self.skipped = {"hidden": 0, "linked out of the folder": 0, "source or media": 0, "binary": 0,
+                        "over 32 MiB": 0, "over the cap": 0}
 
     def summary(self, folder: str) -> str | None:
         parts = []
@@ -152,6 +168,9 @@ def _walk_folder(folder: str) -> Walked:
             full = os.path.join(d, f)
             if f.startswith("."):
                 walked.skipped["hidden"] += 1
+                continue
+            if not _inside(full, folder):  # vllm.log -> ~/.netrc: never stat'ed nor opened
+                walked.skipped["linked out of the folder"] += 1
                 continue
             if os.path.splitext(f)[1].lower() in SKIP_SUFFIXES:
                 walked.skipped["source or media"] += 1
@@ -236,7 +255,7 @@ def _read_documents(
             raise
         except Exception as exc:  # the parser's own InputError may not subclass ours
             raise InputError(f"{p}: {exc}", "give a readable text file, or - for standard input") from None
-        kind = sniff_json_document(text)
+        kind = sniff_json_document(text, name)
         if kind == "snapshot":
             snapshots.extend(load_snapshot_text(text, name, redact=redact))
         elif kind == "analysis" and walked:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import time
 
+from hangdoctor import redact
 from hangdoctor.collect import http_exchange
 
 TYPE_CHECKING = False
@@ -81,4 +82,11 @@ def generate(port: int, ip: str, api_key: Optional[str], timeout_s: float) -> Di
         res["error"] = "HTTP %d: %s" % (code, payload[:120].decode("utf-8", "replace"))
     else:
         res["ok"] = True
+    if res["error"]:
+        # the server's error body may echo what we sent (our --api-key): never kept raw
+        if api_key:
+            redact.learn(api_key, always=True)
+        res["error"] = redact.scrub_known(redact.redact_text(res["error"]))
+        if api_key and api_key in res["error"]:
+            res["error"] = res["error"].replace(api_key, redact.MASK)
     return res

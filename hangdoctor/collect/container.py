@@ -24,7 +24,7 @@ from __future__ import annotations
 import os
 import re
 
-from hangdoctor.collect import procfs
+from hangdoctor.collect import procfs, target_fs
 from hangdoctor.collect.cgroups import CGROUP_ROOT, cgroup_counters, identify, parse_cgroup
 from hangdoctor.collect.container_runtime import (
     DOCKER_ROOTS,
@@ -39,6 +39,7 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 
+SHM_TIMEOUT_S = 2.0
 MAX_SHM_ENTRIES = 64
 _NVIDIA_DEV = re.compile(r"^nvidia(\d+)$")
 
@@ -86,29 +87,24 @@ def shm_facts(pid: Optional[int], proc: str = "/proc") -> Dict[str, Any]:
     ``pid`` None: the probe's own /dev/shm (it runs in the container's mount namespace;
     /proc/PID/root of a process of another uid needs ptrace rights it may lack)."""
     path = "/dev/shm" if pid is None else "%s/%d/root/dev/shm" % (proc, pid)
-    try:
-        st = os.statvfs(path)
-    except OSError as exc:
-        return {"error": "%s: %s" % (path, exc.strerror or exc)}
-    total = st.f_blocks * st.f_frsize
+    # the container's /dev/shm may be any mount it was given (a wedged one too): a child
+    # (target_fs) stats and lists it within its own timeout
+    vfs, listing = target_fs.run([{"op": "statvfs", "path": path},
+                                  {"op": "listdir", "path": path, "sizes": True}], SHM_TIMEOUT_S)
+    if "blocks" not in vfs:
+        return {"error": "%s: %s" % (path, "no answer within %.0f s (a hung mount?)" % SHM_TIMEOUT_S
+                                     if vfs.get("timeout") else vfs.get("error") or "unreadable")}
+    total = vfs["blocks"] * vfs["frsize"]
     out = {
         "total_bytes": total,
-        "free_bytes": st.f_bavail * st.f_frsize,
-        "used_bytes": total - st.f_bfree * st.f_frsize,
+        "free_bytes": vfs["bavail"] * vfs["frsize"],
+        "used_bytes": total - vfs["bfree"] * vfs["frsize"],
     }  # type: Dict[str, Any]
-    entries = []
-    try:
-        names = sorted(os.listdir(path))
-    except OSError:
-        names = []
-    for name in names[:MAX_SHM_ENTRIES]:
-        try:
-            size = os.lstat(os.path.join(path, name)).st_size
-        except OSError:
-            continue
-        entries.append({"name": name, "bytes": size})
-    out["entries"] = entries
-    out["entry_count"] = len(names)
+    names = listing.get("names") or []
+    sizes = listing.get("sizes") or []
+    out["entries"] = [{"name": n, "bytes": b} for n, b in zip(names[:MAX_SHM_ENTRIES], sizes)
+                      if b is not None]
+    out["entry_count"] = int(listing.get("count") or len(names))
     return out
 
 

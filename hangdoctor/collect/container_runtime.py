@@ -44,6 +44,11 @@ def docker_roots(proc: str = "/proc") -> List[str]:
     for pid in procfs.list_pids(proc):
         if procfs.read_text("%s/%d/comm" % (proc, pid), 64) != "dockerd\n":
             continue
+        # only root's dockerd: any user can start a process named dockerd whose --data-root
+        # holds a config.v2.json with a LogPath of its choosing, read as root afterwards
+        uid = (procfs.status_fields(pid, proc).get("Uid") or "x").split()[0]
+        if uid != "0":
+            continue
         argv = procfs.cmdline(pid, proc)
         for i, a in enumerate(argv):
             if a in ("--data-root", "-g", "--graph") and i + 1 < len(argv):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 import stat
 
-from hangdoctor.collect import procfs
+from hangdoctor.collect import procfs, target_fs
 
 TYPE_CHECKING = False
 if TYPE_CHECKING:
@@ -70,16 +70,30 @@ def _dev_key(st_dev: int) -> str:
     return "%02x:%02x" % (os.major(st_dev), os.minor(st_dev))
 
 
-def _open_files(pid: int, proc: str) -> List[Tuple[str, os.stat_result]]:
-    """(path, stat) of the regular files and FIFOs that ``pid`` has open."""
+STAT_TIMEOUT_S = 2.0  # for the stat of one process's open files (target_fs)
+
+
+class _St:
+    """The fields of a stat answer that the lock scan reads."""
+
+    def __init__(self, ans: Dict[str, Any]) -> None:
+        self.st_mode, self.st_dev, self.st_ino = ans["mode"], ans["dev"], ans["ino"]
+
+
+def _open_files(pid: int, proc: str) -> List[Tuple[str, Any]]:
+    """(path, stat) of the regular files and FIFOs that ``pid`` has open.
+
+    Stat'ed in a disposable child (target_fs): a file the server holds on a wedged FUSE or
+    NFS mount puts whoever stats it in D state, for good."""
+    named = [(fd, target) for fd, target in procfs.fd_targets(pid, proc, 1024)
+             if target.startswith("/")]
+    answers = target_fs.run([{"op": "stat", "path": "%s/%d/fd/%d" % (proc, pid, fd)}
+                             for fd, _t in named], STAT_TIMEOUT_S)
     out = []
-    for fd, target in procfs.fd_targets(pid, proc, 1024):
-        if not target.startswith("/"):
+    for (_fd, target), ans in zip(named, answers):
+        if "mode" not in ans:
             continue
-        try:
-            st = os.stat("%s/%d/fd/%d" % (proc, pid, fd))
-        except OSError:
-            continue
+        st = _St(ans)
         if stat.S_ISREG(st.st_mode) or stat.S_ISFIFO(st.st_mode):
             out.append((target, st))
     return out

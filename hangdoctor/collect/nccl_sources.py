@@ -34,11 +34,15 @@ import re
 import socket
 import time
 
+from hangdoctor import redact
+from hangdoctor.collect import target_fs
+
 TYPE_CHECKING = False
 if TYPE_CHECKING:
     from typing import Any, Dict, List, Optional, Tuple
 
 RAS_DEFAULT_PORT = 28028
+FS_TIMEOUT_S = 2.0  # for the target's paths (a mapped library, dump folders): target_fs
 RAS_CAP_BYTES = 4 << 20  # a 1000-rank job's STATUS is ~1 MB of JSON
 FR_CAP_BYTES = 64 << 20
 FR_KEEP_ENTRIES = 12  # per process group: the last ones tell where each rank is
@@ -69,22 +73,22 @@ def nccl_version(path: str, root: str = "") -> Tuple[Optional[str], Optional[str
     m = _SO_VERSION_RE.search(os.path.basename(path))
     if m:
         return m.group(1), "file name"
-    try:
-        real = os.path.realpath(root + path)
-        m = _SO_VERSION_RE.search(os.path.basename(real))
-        if m:
-            return m.group(1), "file name"
-    except OSError:
-        pass
     # .../site-packages/nvidia/nccl/lib/libnccl.so.2 -> .../site-packages/nvidia_nccl_cu12-X.dist-info
+    dirs = []
     d = os.path.dirname(path)
     for _ in range(4):
         d = os.path.dirname(d)
-        try:
-            names = os.listdir(root + d)
-        except OSError:
-            continue
-        for name in names:
+        dirs.append(d)
+    # the path is the target's (a mapped library on a wedged mount): touched only by a child
+    answers = target_fs.run([{"op": "realpath", "path": root + path}]
+                            + [{"op": "listdir", "path": root + d} for d in dirs], FS_TIMEOUT_S)
+    real = answers[0].get("real")
+    if real:
+        m = _SO_VERSION_RE.search(os.path.basename(real))
+        if m:
+            return m.group(1), "file name"
+    for ans in answers[1:]:
+        for name in ans.get("names") or []:
             dm = _DIST_RE.match(name)
             if dm:
                 return dm.group(1), "pip wheel %s" % name
@@ -94,8 +98,45 @@ def nccl_version(path: str, root: str = "") -> Tuple[Optional[str], Optional[str
 # ---------------------------------------------------------------- RAS
 
 
-def ras_address(env: Dict[str, str], nccl_loaded: bool) -> Optional[Tuple[str, int]]:
-    """Where this process's RAS listens, or None (NCCL not loaded, RAS disabled, bad address)."""
+def local_addresses(net: str = "/proc/net") -> List[str]:
+    """The IPv4 and IPv6 addresses of the network namespace whose ``/proc/.../net`` is ``net``
+    (the host's, or a target's own: ``/proc/PID/net``), loopback included."""
+    out = ["127.0.0.1", "::1"]
+    try:
+        with open(net + "/fib_trie", "rb") as f:
+            lines = f.read(4 << 20).decode("ascii", "replace").splitlines()
+    except OSError:
+        lines = []
+    for prev, line in zip(lines, lines[1:]):
+        # "|-- 10.0.0.5" followed by "/32 host LOCAL": one of the namespace's own addresses
+        if "/32 host LOCAL" in line:
+            addr = prev.strip().lstrip("|-+ ").strip()
+            if addr and addr not in out:
+                out.append(addr)
+    try:
+        with open(net + "/if_inet6", "rb") as f:
+            for row in f.read(1 << 20).decode("ascii", "replace").splitlines():
+                h = row.split()[0] if row.split() else ""
+                if len(h) == 32:
+                    addr = ":".join(h[i:i + 4] for i in range(0, 32, 4))
+                    try:
+                        addr = socket.inet_ntop(socket.AF_INET6, socket.inet_pton(socket.AF_INET6, addr))
+                    except (OSError, ValueError):
+                        continue
+                    if addr not in out:
+                        out.append(addr)
+    except OSError:
+        pass
+    return out
+
+
+def ras_address(env: Dict[str, str], nccl_loaded: bool,
+                own: Optional[List[str]] = None) -> Optional[Tuple[str, int]]:
+    """Where this process's RAS listens, or None (NCCL not loaded, RAS disabled, bad address).
+
+    Only loopback or one of the target's own addresses (``own``, from its network namespace) is
+    ever connected to: an ``NCCL_RAS_ADDR`` naming another host would make the probe a client
+    of whatever the target points it at."""
     if not nccl_loaded or env.get("NCCL_RAS_ENABLE", "").strip() == "0":
         return None
     addr = env.get("NCCL_RAS_ADDR", "").strip()
@@ -108,6 +149,11 @@ def ras_address(env: Dict[str, str], nccl_loaded: bool) -> Optional[Tuple[str, i
     if host in ("localhost", "0.0.0.0"):
         host = "127.0.0.1"
     if not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    if host.startswith("127.") or host == "::1":
+        return (host, int(port))
+    allowed = own if own is not None else local_addresses()
+    if host not in allowed:
         return None
     return (host, int(port))
 
@@ -159,7 +205,8 @@ def query_ras(host: str, port: int, timeout_s: float = 2.0, cap_bytes: int = RAS
             except OSError:
                 pass
         out["duration_s"] = round(time.monotonic() - t0, 4)
-    return out
+    # the answer is the target's text: redacted before it is kept, like every other source
+    return redact.redact_obj(out)
 
 
 class _LineReader:
@@ -340,14 +387,19 @@ def fr_prefixes(env: Dict[str, str]) -> List[str]:
     return out
 
 
-def find_fr_dumps(prefixes: List[str], root: str = "", limit: int = 64) -> List[str]:
-    """Existing dump files (paths as the target sees them) under the given prefixes."""
+def find_fr_dumps(prefixes: List[str], root: str = "", limit: int = 64,
+                  as_ids: Optional[Any] = None) -> List[str]:
+    """Existing dump files (paths as the target sees them) under the given prefixes.
+
+    The folders are the target's (its environment names them): listed by a disposable child
+    (target_fs) with the target's own rights."""
     found = []  # type: List[str]
-    for prefix in prefixes:
-        d, base = os.path.split(prefix)
-        try:
-            names = sorted(os.listdir(root + (d or "/")))
-        except OSError:
+    split = [os.path.split(prefix) for prefix in prefixes]
+    answers = target_fs.run([{"op": "listdir", "path": root + (d or "/")} for d, _b in split],
+                            FS_TIMEOUT_S, as_ids)
+    for (d, base), ans in zip(split, answers):
+        names = ans.get("names")
+        if names is None:
             continue
         for name in names:
             if name.startswith(base) and _RANK_FILE_RE.search(name[len(base):] or "x"):
@@ -359,35 +411,29 @@ def find_fr_dumps(prefixes: List[str], root: str = "", limit: int = 64) -> List[
     return found
 
 
-def read_fr_dump(path: str, root: str = "", cap_bytes: int = FR_CAP_BYTES) -> Dict[str, Any]:
-    """Summary of one dump file, or its error; never raises."""
+def read_fr_dump(path: str, root: str = "", cap_bytes: int = FR_CAP_BYTES,
+                 as_ids: Optional[Any] = None) -> Dict[str, Any]:
+    """Summary of one dump file, or its error; never raises. Read by a disposable child with
+    the target's own rights (target_fs): the file is where the target's environment says."""
     out = {"path": path}  # type: Dict[str, Any]
     m = _RANK_FILE_RE.search(path)
     out["rank"] = int(m.group(1)) if m else None
-    try:
-        fd = os.open(root + path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
-    except OSError as exc:
-        out["error"] = "unreadable: %s" % (exc.strerror or exc)
+    ans = target_fs.run([{"op": "read", "path": root + path, "max_bytes": cap_bytes + 1,
+                          "nofollow": True}], FS_TIMEOUT_S + 2.0, as_ids)[0]
+    if ans.get("timeout"):
+        out["error"] = "no answer within %.0f s (a hung mount?): not read" % (FS_TIMEOUT_S + 2.0)
         return out
-    try:
-        st = os.fstat(fd)
-        import stat as _stat
-
-        if not _stat.S_ISREG(st.st_mode):
-            out["error"] = "not a regular file"
-            return out
-        out["size_bytes"] = st.st_size
-        out["mtime"] = round(st.st_mtime, 3)
-        if st.st_size > cap_bytes:
-            out["error"] = "larger than %d MiB: not read" % (cap_bytes >> 20)
-            return out
-        with os.fdopen(fd, "rb", closefd=False) as f:
-            data = f.read(cap_bytes + 1)
-    except OSError as exc:
-        out["error"] = "unreadable: %s" % (exc.strerror or exc)
+    if "data" not in ans:
+        err = ans.get("error") or "no answer"
+        out["error"] = err if err == "not a regular file" else "unreadable: %s" % err
         return out
-    finally:
-        os.close(fd)
+    out["size_bytes"] = ans["size"]
+    out["mtime"] = round(ans["mtime"], 3)
+    out["_key"] = (ans.get("dev"), ans.get("ino"))
+    if ans["size"] > cap_bytes or len(ans["data"]) > cap_bytes:
+        out["error"] = "larger than %d MiB: not read" % (cap_bytes >> 20)
+        return out
+    data = ans["data"]
     try:
         out["summary"] = summarize_fr(load_fr(data))
     except ValueError as exc:
@@ -397,17 +443,42 @@ def read_fr_dump(path: str, root: str = "", cap_bytes: int = FR_CAP_BYTES) -> Di
     return out
 
 
-def request_fr_dump(env: Dict[str, str], rank: Optional[int], root: str = "") -> Dict[str, Any]:
-    """Opt-in (``--fr-dump``): ask a rank to dump through its on-demand pipe. Never blocks."""
+def request_fr_dump(env: Dict[str, str], rank: Optional[int], root: str = "",
+                    owner_uid: Optional[int] = None) -> Dict[str, Any]:
+    """Opt-in (``--fr-dump``): ask a rank to dump through its on-demand pipe. Never blocks.
+
+    The path comes from the target's environment, so it is written to only when it is a FIFO
+    (checked before opening, since opening a device for writing can act on it, and again on the
+    open descriptor) owned by the target's uid (``owner_uid``): a FIFO the target created."""
+    import stat as _stat
+
     base = env.get("TORCH_NCCL_DEBUG_INFO_PIPE_FILE", "").strip()
     if not base:
         return {"ok": False, "error": "TORCH_NCCL_DEBUG_INFO_PIPE_FILE not set at launch"}
     path = "%s%d.pipe" % (base, rank if rank is not None else 0)
+
+    def refuse(st: Any) -> Optional[str]:
+        if not _stat.S_ISFIFO(st.st_mode):
+            return "not a FIFO; not written to"
+        if owner_uid is not None and st.st_uid != owner_uid:
+            return "a FIFO of uid %d, not the target's (uid %d); not written to" % (
+                st.st_uid, owner_uid)
+        return None
+
+    try:
+        why = refuse(os.lstat(root + path))
+    except OSError as exc:
+        return {"ok": False, "pipe": path, "error": "pipe not found: %s" % (exc.strerror or exc)}
+    if why:
+        return {"ok": False, "pipe": path, "error": why}
     try:
         fd = os.open(root + path, os.O_WRONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0))
     except OSError as exc:
         return {"ok": False, "pipe": path, "error": "pipe not open for reading: %s" % (exc.strerror or exc)}
     try:
+        why = refuse(os.fstat(fd))
+        if why:  # swapped between the check and the open
+            return {"ok": False, "pipe": path, "error": why}
         os.write(fd, b"1\n")
     except OSError as exc:
         return {"ok": False, "pipe": path, "error": str(exc.strerror or exc)}
@@ -445,7 +516,9 @@ def process_facts(pid: int, proc: str = "/proc") -> Dict[str, Any]:
                 env[k.decode("utf-8", "replace")] = v.decode("utf-8", "replace")
     except OSError:
         env = {}
-    facts["ras_addr"] = ras_address(env, bool(libs))
+    net = "%s/%d/net" % (proc, pid)
+    facts["ras_addr"] = ras_address(env, bool(libs),
+                                    local_addresses(net) if os.path.isdir(net) else None)
     facts["ras_disabled"] = bool(libs) and env.get("NCCL_RAS_ENABLE", "").strip() == "0"
     facts["fr_prefixes"] = fr_prefixes(env) if (libs or any(k.startswith("TORCH_FR") or k.startswith("TORCH_NCCL")
                                                             for k in env)) else []
@@ -489,7 +562,9 @@ class NcclCollector:
             for f in self.facts:
                 if f.get("libraries"):
                     rank = _rank_from_env(f.get("_env") or {})
-                    req = request_fr_dump(f.get("_env") or {}, rank, f.get("_root") or "")
+                    ids = target_fs.ids_of(f["pid"], self.proc)
+                    req = request_fr_dump(f.get("_env") or {}, rank, f.get("_root") or "",
+                                          ids[0] if ids else -1)
                     req["pid"] = f["pid"]
                     self.fr_requests.append(req)
 
@@ -508,16 +583,13 @@ class NcclCollector:
         seen = set()
         for f in self.facts:
             root = f.get("_root") or ""
-            for path in find_fr_dumps(f.get("fr_prefixes") or [], root):
-                try:
-                    st = os.stat(root + path)
-                    key = (st.st_dev, st.st_ino)  # one file seen through several ranks' roots
-                except OSError:
-                    key = (root, path)
-                if key in seen:
+            ids = target_fs.ids_of(f["pid"], self.proc)
+            for path in find_fr_dumps(f.get("fr_prefixes") or [], root, as_ids=ids):
+                d = read_fr_dump(path, root, as_ids=ids)
+                key = d.pop("_key", None) or (root, path)
+                if key in seen:  # one file seen through several ranks' roots
                     continue
                 seen.add(key)
-                d = read_fr_dump(path, root)
                 d["found_via_pid"] = f["pid"]
                 dumps.append(d)
         procs = []

@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 
+from hangdoctor import redact
 from hangdoctor.collect import (
     container,
     container_runtime,
@@ -40,6 +41,7 @@ from hangdoctor.collect import (
     ptrace_denial,
     pyspy,
     sources,
+    target_fs,
     window_samples,
 )
 from hangdoctor.collect.config import ProbeConfig
@@ -124,7 +126,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                 root = locks.server_root(pid, roots, proc)
                 if root not in [c["pid"] for c in chosen]:
                     chosen.append({"pid": root, "kind": "listens on port %d" % port,
-                                   "cmdline": " ".join(procfs.cmdline(root, proc) or [])[:300]})
+                                   "cmdline": redact.cut_line(" ".join(redact.redact_argv(
+                                       procfs.cmdline(root, proc) or [])), 300)})
         discovery, roots = chosen, [c["pid"] for c in chosen]
         man.add("discovery", "ok", 0.0, "the process(es) listening on port(s) %s" % ", ".join(
             str(p) for p in cfg.ports if p in by_port))
@@ -221,23 +224,25 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     log_paths = [cfg.log_path] if cfg.log_path else []
     for r in readers:
         for cand in r.record.pop("_log_candidates", []):
-            if not log_given and cand not in log_paths:
+            if not log_given and cand["name"] not in [c["name"] for c in log_paths]:
                 log_paths.append(cand)
     log_format = None
     if not log_paths:  # a container's stdout is a pipe: its runtime keeps the log
         runtime_path, log_format = containers.runtime_log(roots)
         if runtime_path:
             log_paths = [runtime_path]
+    # --log names a path the server's user may own: read with that user's rights (target_fs)
+    log_ids = target_fs.ids_of(roots[0], proc) if log_given and roots else None
     log_a: Optional[sources.LogRead] = None
     log_end: Optional[sources.LogRead] = None
     if not log_paths:
         man.add("log", "not-given", 0.0, "no server log given and none found on the server's stdout",
                 "pass --log FILE")
     elif window_s > 0:
-        log_a = sources.LogRead(log_paths[:8], log_given, tail=False)
+        log_a = sources.LogRead(log_paths[:8], log_given, tail=False, as_ids=log_ids)
     else:
         # --window 0: one reading, started now so that its child overlaps the dumps
-        log_end = sources.LogRead(log_paths[:8], log_given, tail=True)
+        log_end = sources.LogRead(log_paths[:8], log_given, tail=True, as_ids=log_ids)
 
     # background sources, all overlapping the window
     py_targets = [r for r in readers if r.record.get("is_python") and r.record.get("alive")]
@@ -304,8 +309,8 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
                                 hard_deadline - time.monotonic())))
         for r in py_targets:
             st_now = procfs.stat(r.pid, cfg.proc_root)
-            if st_now is None or st_now["state"] in ("Z", "X"):
-                continue  # gone during the window: finish() records it
+            if st_now is None or st_now["state"] in ("Z", "X") or not r.same_process(st_now):
+                continue  # gone during the window (or its pid reused): finish() records it
             futures["dumpB:%d" % r.pid] = pool.submit(
                 pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout, str(st_now["state"]),
                 native=False, with_locals=False, sudo=cfg.sudo)
@@ -326,7 +331,9 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     window_samples.edges(readers, cfg, t_start, at_end=True)
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
     if log_paths:
-        probe_log.read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline, log_end)
+        probe_log.read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline, log_end,
+                           log_ids, ["%s/%d/fd/" % (proc, r.pid) for r in readers
+                                     if r.record.get("pid_reused")])
     if log_format and "log" in snap:
         snap["log"]["tail"] = container_runtime.decode_log_lines(snap["log"]["tail"], log_format)
         snap["log"]["format"] = log_format
@@ -350,7 +357,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         b = results.get("dumpB:%d" % r.pid)
         if not isinstance(a, dict):
             a = {"status": "timeout", "error": "py-spy dump not finished by the deadline"}
-        if isinstance(b, dict):
+        if isinstance(b, dict) and not r.record.get("pid_reused"):
             a = pyspy.merge_samples(a, b, round(t_window_end - t_start, 3))
         stacks[str(r.pid)] = a
     window_samples.merge(stacks, results, points, round(t_window_end - t_start, 3))

@@ -22,9 +22,10 @@ if TYPE_CHECKING:
 LOG_TIMEOUT_S = 3.0  # for each read of the log: a hung mount never answers
 
 
-def read_log(snap: Dict[str, Any], log_a: Optional[sources.LogRead], paths: List[str],
+def read_log(snap: Dict[str, Any], log_a: Optional[sources.LogRead], paths: List[Any],
              given: bool, man: Manifest, hard_deadline: float,
-             log_end: Optional[sources.LogRead] = None) -> None:
+             log_end: Optional[sources.LogRead] = None, as_ids: Optional[Any] = None,
+             gone_fds: Any = ()) -> None:
     """The log's size at the window's start (``log_a``), its tail and size at the end."""
     t0 = time.monotonic()
 
@@ -41,15 +42,25 @@ def read_log(snap: Dict[str, Any], log_a: Optional[sources.LogRead], paths: List
         return True
 
     start = log_a.result(budget()) if log_a is not None else None
-    where = paths[0] if given or len(paths) == 1 else "the server's stdout/stderr"
+    where = sources.log_entry(paths[0])["name"] if given or len(paths) == 1 \
+        else "the server's stdout/stderr"
     if start is not None and timed_out(start, where):
         return
     if start is not None and not start.get("path"):
         _log_error(start, given, man, time.monotonic() - t0)
         return
     path = start["path"] if start is not None else None
+    opened = (start or {}).get("open") or {}
+    if opened.get("fd") and any(opened.get("open", "").startswith(g) for g in gone_fds):
+        # the server's pid names another process now: its descriptor is not the server's
+        man.add("log", "failed", time.monotonic() - t0,
+                "%s: the server exited and its pid was reused during the window; its stdout "
+                "was not read again" % path)
+        return
     if log_end is None:
-        log_end = sources.LogRead([path] if path else paths, given or bool(path), tail=True)
+        # the end reads what the start read, the same way (a descriptor stays a descriptor)
+        again = [start["open"]] if start is not None and start.get("open") else paths
+        log_end = sources.LogRead(again, given or bool(path), tail=True, as_ids=as_ids)
     end = log_end.result(budget())
     if timed_out(end, path or where):
         return

@@ -29,6 +29,7 @@ PROBE_MODULES = [
     "hangdoctor.redact",
     "hangdoctor.collect.config",
     "hangdoctor.collect.procfs",
+    "hangdoctor.collect.target_fs",
     "hangdoctor.collect.pyspy",
     "hangdoctor.collect.nvml_records",
     "hangdoctor.collect.nvml_watch",

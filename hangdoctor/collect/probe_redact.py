@@ -59,3 +59,7 @@ def redact_snapshot(snap: Dict[str, Any]) -> None:
             h["body"] = redact.redact_text(h["body"])
     for d in snap.get("targets", {}).get("discovery", []):
         d["cmdline"] = redact.redact_text(d.get("cmdline") or "")
+    # the one pass over every other string (manifest details, NCCL answers, containers, notes,
+    # errors): field by field above for the forms that need context, every string here, with
+    # the values learnt above scrubbed wherever they recur
+    redact.redact_deep(snap)

@@ -13,7 +13,7 @@ import os
 import re
 
 from hangdoctor import redact
-from hangdoctor.collect import procfs, pyspy
+from hangdoctor.collect import procfs, pyspy, sources
 from hangdoctor.collect.config import ProbeConfig
 
 # Annotations only (PEP 563): typing is not imported at run time, which saves the probe
@@ -118,7 +118,7 @@ def discover(proc: str, own_pids: List[int]) -> List[Dict[str, Any]]:
         if not covered:
             # redacted as an argument list (``--api-key X``), then cut: a cut first could leave
             # half a secret that no pattern recognises
-            text = " ".join(redact.redact_argv(list(argv)))[:300]
+            text = redact.cut_line(" ".join(redact.redact_argv(list(argv))), 300)
             roots.append({"pid": pid, "kind": kind, "cmdline": text})
     return roots
 
@@ -270,7 +270,9 @@ class ProcReader:
             rec["ns_pids"] = nspid
         self.io_a = procfs.io_counters(pid, proc)
         # stdout/stderr of the root: the server log when --log was not given
-        rec["_log_candidates"] = [t for fd, t in procfs.fd_targets(pid, proc) if fd in (1, 2)
+        # (read through the descriptor, never by the name its link shows: see sources.LogRead)
+        rec["_log_candidates"] = [sources.fd_entry(proc, pid, fd, t)
+                                  for fd, t in procfs.fd_targets(pid, proc) if fd in (1, 2)
                                   and t.startswith("/") and not t.startswith("/dev/")]
 
     def attach_listen(self, listen_map: Dict[int, Dict[str, Any]]) -> None:
@@ -283,6 +285,11 @@ class ProcReader:
         rec["role"] = _role_of(self.pid, self.root, rec.get("cmdline") or [], str(rec.get("name")),
                                listen, rec.get("rank"), bool(rec.get("is_torch_distributed")))
 
+    def same_process(self, st: Optional[Dict[str, Any]]) -> bool:
+        """Whether ``st`` (a later /proc/PID/stat) is still the process read at the start: a
+        pid is one process only while its start time is (the kernel reuses pids)."""
+        return st is not None and self.a is not None and st["starttime"] == self.a["starttime"]
+
     def finish(self, window_s: float) -> None:
         rec, proc, pid = self.record, self.proc, self.pid
         if self.a is None:
@@ -290,6 +297,13 @@ class ProcReader:
         b = procfs.stat(pid, proc)
         if b is None:
             rec.update({"alive": False, "status_end": "X", "exit_info": "exited during the window"})
+            return
+        if not self.same_process(b):
+            # the pid now names another process: the one diagnosed is gone, and nothing read
+            # from the newcomer is its
+            rec.update({"alive": False, "status_end": "X", "pid_reused": True,
+                        "exit_info": "exited during the window (its pid now names another "
+                                     "process, started later)"})
             return
         cpu_a = (int(self.a["utime"]) + int(self.a["stime"])) / procfs.CLK_TCK
         cpu_b = (int(b["utime"]) + int(b["stime"])) / procfs.CLK_TCK

@@ -178,32 +178,69 @@ def finish():
     sys.stdout.write(json.dumps(out))
     sys.stdout.flush()
     os._exit(0)
-for path in req["paths"]:
+ids = req.get("as_ids")
+if ids and os.geteuid() == 0 and ids[0] != 0:
+    # a path the server's user could have planted is read with that user's rights only
+    os.setgroups(ids[2] if len(ids) > 2 else [])
+    os.setgid(ids[1])
+    os.setuid(ids[0])
+NB = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
+for entry in req["paths"]:
     given = req["given"]
+    path, name, via_fd = entry["open"], entry["name"], entry.get("fd")
+    fd = None
     try:
-        st = os.stat(path)
+        if via_fd:
+            # the file the server holds, opened through its descriptor: never by the name
+            # the link shows, which the server can point anywhere
+            for top in req["not_a_log"]:
+                if name.startswith(top):
+                    raise ValueError("%s is in %s, not a server log; not read"
+                                     % (name, top.rstrip("/")))
+            st = os.stat(path)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError("%s is not a regular file; not read" % name)
+        else:
+            st = os.lstat(path)
+            # as root for a server of another (unknown) user: no link is followed; once the
+            # child runs with the server's own rights (or the server is root) a link leads
+            # nowhere the server could not read itself
+            if stat.S_ISLNK(st.st_mode) and (os.geteuid() != 0 or ids):
+                st = os.stat(path)
+            elif stat.S_ISLNK(st.st_mode):
+                real = os.path.realpath(path)
+                for top in req["not_a_log"]:
+                    if real.startswith(top):
+                        raise ValueError("%s is in %s, not a server log; not read"
+                                         % (path, top.rstrip("/")))
+                raise ValueError("%s is a symbolic link (to %s); not followed, give the file "
+                                 "itself" % (path, real))
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError("%s is not a regular file; not read" % path)
+            real = os.path.realpath(path)
+            for top in req["not_a_log"]:
+                if real.startswith(top):
+                    raise ValueError("%s is in %s, not a server log; not read"
+                                     % (path, top.rstrip("/")))
+        nofollow = not via_fd and os.geteuid() == 0 and not ids
+        fd = os.open(path, NB | (getattr(os, "O_NOFOLLOW", 0) if nofollow else 0))
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            raise ValueError("%s is not a regular file; not read" % path)
-        real = os.path.realpath(path)
-        for top in req["not_a_log"]:
-            if real.startswith(top):
-                raise ValueError("%s is in %s, not a server log; not read"
-                                 % (path, top.rstrip("/")))
+            raise ValueError("%s is not a regular file; not read" % name)
     except (OSError, ValueError) as exc:
-        msg = str(exc) if isinstance(exc, ValueError) else "%s: %s" % (path, exc.strerror or exc)
+        if fd is not None:
+            os.close(fd)
+        msg = str(exc) if isinstance(exc, ValueError) else "%s: %s" % (name, exc.strerror or exc)
+        if isinstance(exc, OSError) and exc.errno in (1, 13) and ids and ids[0] != 0:
+            msg += " (read as the server's user, uid %d)" % ids[0]
         if given:
             out["error"] = msg
             finish()
         out["skipped"].append(msg)
         continue
-    out.update(path=path, size=st.st_size, size_start=st.st_size, mtime=st.st_mtime)
+    out.update(path=name, open=entry, size=st.st_size, size_start=st.st_size, mtime=st.st_mtime)
     if req["tail"]:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-        fst = os.fstat(fd)
-        if not stat.S_ISREG(fst.st_mode):
-            out["error"] = "%s is not a regular file; not read" % path
-            finish()
-        size = fst.st_size
+        size = st.st_size
         os.lseek(fd, max(0, size - req["max_bytes"]), 0)
         chunks, got = [], 0
         while got < req["max_bytes"]:
@@ -212,7 +249,6 @@ for path in req["paths"]:
                 break
             chunks.append(b)
             got += len(b)
-        os.close(fd)
         text = b"".join(chunks).decode("utf-8", "replace").replace("\x00", "")
         lines = text.splitlines()
         if size > req["max_bytes"] and lines:
@@ -227,13 +263,28 @@ for path in req["paths"]:
             return head + " [... %d characters cut]" % (len(ln) - len(head))
 
         out["tail"] = [ln if len(ln) <= cap else cut(ln) for ln in lines[-req["max_lines"]:]]
-        st2 = os.stat(path)
+        st2 = os.fstat(fd)
         out.update(size=st2.st_size, mtime=st2.st_mtime)
+    os.close(fd)
     finish()
 out["error"] = None
 finish()
 """
 _abandoned = []  # type: List[Any]  # children past their timeout, left for init to reap
+
+
+def log_entry(path: Any) -> Dict[str, Any]:
+    """``{"open", "name", "fd"}``: a name given by the user (opened without following a final
+    symbolic link), or a descriptor of the server (``fd_entry``) read through /proc."""
+    if isinstance(path, dict):
+        return path
+    return {"open": str(path), "name": str(path), "fd": False}
+
+
+def fd_entry(proc: str, pid: int, fd: int, name: str) -> Dict[str, Any]:
+    """The file ``pid`` holds as ``fd``, opened through ``/proc/PID/fd/N``; ``name`` (what the
+    link reads) only labels it."""
+    return {"open": "%s/%d/fd/%d" % (proc, pid, fd), "name": name, "fd": True}
 
 
 class LogRead:
@@ -243,13 +294,14 @@ class LogRead:
     stderr, of which the first regular file is used. Started at once; :meth:`result` waits at
     most ``timeout_s``."""
 
-    def __init__(self, paths: List[str], given: bool, tail: bool, max_bytes: int = 256 * 1024,
-                 max_lines: int = 400) -> None:
+    def __init__(self, paths: List[Any], given: bool, tail: bool, max_bytes: int = 256 * 1024,
+                 max_lines: int = 400, as_ids: Optional[Any] = None) -> None:
         import sys
 
         self.started = time.monotonic()
-        req = {"paths": list(paths), "given": given, "tail": tail, "max_bytes": max_bytes,
-               "max_lines": max_lines, "max_line": MAX_LINE_CHARS, "not_a_log": list(_NOT_A_LOG)}
+        req = {"paths": [log_entry(p) for p in paths], "given": given, "tail": tail,
+               "max_bytes": max_bytes, "max_lines": max_lines, "max_line": MAX_LINE_CHARS,
+               "not_a_log": list(_NOT_A_LOG), "as_ids": list(as_ids) if as_ids else None}
         self.error = None  # type: Optional[str]
         self.proc = None  # type: Any
         python = sys.executable

@@ -42,11 +42,19 @@ class View:
 
     lines: dict[str, list[str]] = field(default_factory=lambda: {k: [] for k in KINDS})
     facts: dict[str, Any] = field(default_factory=dict)
+    _seen: dict[str, set[str]] = field(default_factory=dict, repr=False)
 
     def add(self, kind: str, line: str) -> None:
         bucket = self.lines[kind]
         if len(bucket) < MAX_LINES:
-            bucket.append(line[:MAX_LINE_CHARS])
+            line = line[:MAX_LINE_CHARS]
+            # a line seen twice counts once (_line_hits): a paste of one line repeated a million
+            # times is matched, and its facts read, once
+            seen = self._seen.setdefault(kind, set())
+            if line in seen:
+                return
+            seen.add(line)
+            bucket.append(line)
 
 
 def _tail(lines: list[str]) -> list[str]:

@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Optional
 
+from hangdoctor import bounded
 from hangdoctor.parsers import faulthandler as fh
 from hangdoctor.parsers import gdb
 from hangdoctor.parsers import pyspy_text as pt
@@ -65,12 +66,14 @@ class Segment:
         return "\n".join(self.lines)
 
 
-def sniff_json_document(text: str) -> Optional[str]:
+def sniff_json_document(text: str, name: str = "the document") -> Optional[str]:
     """``"snapshot"`` for a saved snapshot JSON (has ``schema_version``), ``"analysis"`` for an
-    analysis JSON (has ``analysis_version``), else None."""
+    analysis JSON (has ``analysis_version``), else None. A document that would decode into
+    more than bounded's caps raises bounded.TooLarge before anything is decoded."""
     s = text.lstrip("\ufeff \t\r\n")
     if not s.startswith("{"):
         return None
+    bounded.check_json_text(s, name)
     try:
         value, _end = json.JSONDecoder().raw_decode(s)
     except (ValueError, RecursionError):
@@ -365,7 +368,10 @@ def _json_candidate(line: str) -> bool:
 
 def split_segments(text: str) -> list[Segment]:
     """Split one pasted text into segments of one kind each, in order."""
-    whole = sniff_json_document(text)
+    try:
+        whole = sniff_json_document(text)
+    except bounded.TooLarge:
+        whole = None  # read as lines, each capped, like any other paste
     if whole:
         return [Segment(whole, 0, [])]
     text = text.lstrip("\ufeff")

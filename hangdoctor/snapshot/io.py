@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from hangdoctor import bounded
 from hangdoctor.errors import InputError
 
 SCHEMA_VERSION = 1
@@ -50,7 +51,7 @@ REDACTED_ON_LOAD = ("the snapshot was taken with --no-redact; its secrets were r
                     "was read (pass --no-redact to keep them, for private use only)")
 # Snapshots are read whole: 64 processes x 200 threads with --native is 61 MB already, past
 # the 64 MiB that pasted text is cut to.
-MAX_SNAPSHOT_BYTES = 1024 * 1024 * 1024
+MAX_SNAPSHOT_BYTES = bounded.MAX_JSON_BYTES
 
 
 def load_snapshot_text(text: str, name: str = "snapshot", redact: bool = True) -> list[dict[str, Any]]:
@@ -59,7 +60,8 @@ def load_snapshot_text(text: str, name: str = "snapshot", redact: bool = True) -
     A snapshot taken with ``--no-redact`` is redacted here unless ``redact`` is false (F15: a
     re-rendered report must not carry what the live run kept for private use)."""
     try:
-        doc = json.loads(text)
+        # bounded: a byte cap, a value count and a depth (R10: 900 levels was a RecursionError)
+        doc = bounded.loads(text, name)
     except ValueError as exc:
         raise InputError(f"{name}: not valid JSON ({exc.msg} at line {exc.lineno})",
                          "the file is truncated or not a snapshot") from None

@@ -42,3 +42,25 @@ class HostResult:
     remedy: str | None = None
     duration_s: float = 0.0
     notes: list[str] = field(default_factory=list)
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        # the host table, error lines and the JSON all read these: the target's stderr and a
+        # --via command or user:password@host spec must not reach them raw (set at any time)
+        if key in ("name", "error", "remedy") and isinstance(value, str):
+            from hangdoctor.redact import redact_text
+
+            value = redact_text(value)
+        elif key == "notes" and isinstance(value, list):
+            from hangdoctor.redact import redact_text
+
+            value = _RedactedList(redact_text(v) if isinstance(v, str) else v for v in value)
+        object.__setattr__(self, key, value)
+
+
+class _RedactedList(list):
+    """A list whose appended strings are redacted (HostResult.notes)."""
+
+    def append(self, item: Any) -> None:
+        from hangdoctor.redact import redact_text
+
+        super().append(redact_text(item) if isinstance(item, str) else item)

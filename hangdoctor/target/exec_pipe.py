@@ -37,12 +37,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
+from hangdoctor import bounded, redact
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import TargetError
 from hangdoctor.target.pyspy_binary import elf_arch, find_local_pyspy, normalise_arch
 from hangdoctor.target.runtime_facts import host_kernel_log, merge_runtime_facts
 
 DEFAULT_START_TIMEOUT_S = 15.0
+MAX_STDOUT_BYTES = bounded.MAX_JSON_BYTES  # the snapshot is one JSON line on stdout
+MAX_STDERR_LINE = 16384  # bytes of one stderr line kept; the rest of it is dropped
+MAX_COMMAND_BYTES = 32 << 20  # of each stream of a short command (inspect, logs, get)
 DEFAULT_MARGIN_S = 5.0
 STDERR_TAIL_BYTES = 2048
 
@@ -126,7 +130,9 @@ class ExecRun:
     def stderr_tail(self, limit: int = STDERR_TAIL_BYTES) -> str:
         lines = bytes(self.stderr).decode("utf-8", "replace").splitlines()
         keep = [ln.strip() for ln in lines if ln.strip() and not ln.startswith("hd_")]
-        return " | ".join(keep)[-limit:]
+        # the target's own stderr: redacted as lines (a key block spans several) before it is
+        # cut, so a cut never keeps half a token
+        return " | ".join(redact.redact_lines(keep))[-limit:]
 
 
 class ExecPipeTarget:
@@ -242,9 +248,9 @@ class ExecPipeTarget:
         log = await self._bounded(self.runtime_log(start_epoch), 5.0)
         if isinstance(log, dict) and not snapshot.get("log"):
             if config.redact:  # the probe redacts what it reads; this was read here
-                from hangdoctor.redact import redact_text
-
-                log["tail"] = [redact_text(line) for line in log.get("tail") or []]
+                # as lines, not one by one: a PEM key logged over 27 lines keeps no body line
+                log["tail"] = redact.redact_lines(
+                    [ln for ln in log.get("tail") or [] if isinstance(ln, str)])
             snapshot["log"] = log
             self._fix_log_manifest(snapshot, log)
         self._record(snapshot, run, start)
@@ -324,24 +330,45 @@ class ExecPipeTarget:
 
         async def read_stderr() -> None:
             assert proc.stderr is not None
+            partial = bytearray()
             while True:
-                line = await proc.stderr.readline()
-                if not line:
+                # lines of any length (readline() raised past 64 KiB and lost the snapshot)
+                chunk = await proc.stderr.read(1 << 16)
+                if not chunk:
                     break
-                if len(run.stderr) < 1 << 16:
-                    run.stderr.extend(line)
-                text = line.decode("utf-8", "replace").strip()
-                if text.startswith("hd_") and "=" in text:
-                    key, _, value = text[3:].partition("=")
-                    run.facts[key] = value
-                    if key == "pyspy":
-                        events["pyspy"].set()
-                    elif key == "need_pyspy":
-                        events["need"].set()
+                for line in bounded.split_lines(partial, chunk, MAX_STDERR_LINE):
+                    if len(run.stderr) < 1 << 16:
+                        run.stderr.extend(line)
+                    text = line.decode("utf-8", "replace").strip()
+                    if text.startswith("hd_") and "=" in text:
+                        key, _, value = text[3:].partition("=")
+                        run.facts[key] = value
+                        if key == "pyspy":
+                            events["pyspy"].set()
+                        elif key == "need_pyspy":
+                            events["need"].set()
+            if partial and len(run.stderr) < 1 << 16:
+                run.stderr.extend(bytes(partial))
             events["eof"].set()
 
+        async def read_stdout() -> bytes:
+            # a byte cap: a shell that writes forever filled 5.9 GB before the deadline
+            assert proc.stdout is not None
+            buf = bytearray()
+            while True:
+                chunk = await proc.stdout.read(1 << 20)
+                if not chunk:
+                    return bytes(buf)
+                buf.extend(chunk)
+                if len(buf) > MAX_STDOUT_BYTES:
+                    # stop it (its process group: we started it) and say so once it is gone
+                    run.facts["stdout_over_cap"] = "1"
+                    with contextlib.suppress(OSError):
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    return b""
+
         err_task = asyncio.ensure_future(read_stderr())
-        out_task = asyncio.ensure_future(proc.stdout.read())
+        out_task = asyncio.ensure_future(read_stdout())
         try:
             run.phase = f"sending the probe through `{self.describe()}`"
             await self._send(stdin, b"%d\n" % len(script) + script, self.start_timeout_s, run)
@@ -366,6 +393,11 @@ class ExecPipeTarget:
             t = time.monotonic()
             stdout = await out_task
             await err_task
+            if run.facts.get("stdout_over_cap"):
+                raise TargetError(
+                    f"{self.name}: `{self.describe()}` wrote more than "
+                    f"{MAX_STDOUT_BYTES >> 20} MiB on stdout; not a snapshot, not read",
+                    "something in the target's shell start-up writes forever")
             run.returncode = await proc.wait()
             run.timings_s["probe"] = time.monotonic() - t
         finally:
@@ -510,8 +542,27 @@ async def run_command(
         start_new_session=True,
         env=env,
     )
+    async def capped(stream: Any) -> bytes:
+        # a byte cap on each stream (`docker logs` of a server that logged one 1 GB line):
+        # past it the command is stopped and what came is kept
+        buf = bytearray()
+        while True:
+            chunk = await stream.read(1 << 16)
+            if not chunk:
+                return bytes(buf)
+            buf.extend(chunk[: max(0, MAX_COMMAND_BYTES - len(buf))])
+            if len(buf) >= MAX_COMMAND_BYTES:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                return bytes(buf)
+
+    async def both() -> tuple[bytes, bytes]:
+        out, err = await asyncio.gather(capped(proc.stdout), capped(proc.stderr))
+        await proc.wait()
+        return out, err
+
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+        out, err = await asyncio.wait_for(both(), timeout_s)
     except (asyncio.TimeoutError, TimeoutError, asyncio.CancelledError):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -524,14 +575,12 @@ async def run_command(
 def parse_snapshot(stdout: bytes) -> Optional[dict[str, Any]]:
     """The probe's snapshot: its one JSON line, the last line of stdout that is one. Lines
     before it (a login banner, an ``srun`` or ``kubectl`` notice) are skipped."""
-    import json
-
     for line in reversed(stdout.splitlines()):
         line = line.strip()
         if not line.startswith(b"{"):
             continue
         try:
-            value = json.loads(line)
+            value = bounded.loads(line, "the probe's answer")
         except ValueError:
             continue
         if isinstance(value, dict) and "schema_version" in value:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
+from hangdoctor import bounded
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import TargetError, UsageError
 from hangdoctor.target.asyncssh_import import import_asyncssh
@@ -39,7 +40,7 @@ STDERR_TAIL_BYTES = 2048
 STDERR_KEEP_BYTES = 32 * 1024  # of a remote command's stderr: its first and its last
 # The most a remote command may print on stdout: the probe's document of 64 processes x 200
 # threads with --native is ~40 MB compact.
-MAX_STDOUT_BYTES = 256 * 1024 * 1024
+MAX_STDOUT_BYTES = bounded.MAX_JSON_BYTES
 TMPDIR_PREFIX = "hangdoctor-pyspy."
 _TMPDIR_RE = re.compile(r"^/[^\s'\"]*/hangdoctor-pyspy\.[A-Za-z0-9]+$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -127,7 +128,8 @@ def parse_snapshot(stdout: bytes) -> Optional[dict[str, Any]]:
     for start in reversed(starts):
         text = bytes(stdout[start:]).decode("utf-8", errors="replace")
         try:
-            value, _ = decoder.raw_decode(text)
+            # bounded: 100 MB of dense JSON decoded whole was 2.6 GB of RSS
+            value = bounded.raw_decode(decoder, text, "the probe's answer")
         except ValueError:
             continue
         if isinstance(value, dict) and "schema_version" in value:

@@ -39,6 +39,14 @@ def engine_verdict(facts: dict[str, Any]) -> tuple[str, str] | None:
     return None
 
 
+def _canary_outcome(canary: dict[str, Any]) -> str:
+    if canary.get("ok"):
+        return "answered"
+    if isinstance(canary.get("code"), int):  # an HTTP answer: refused (401 for a wrong key)
+        return f"answered HTTP {canary['code']}, refused, not hung: {canary.get('error')}"
+    return "no answer: " + str(canary.get("error"))
+
+
 def intrusion_note(ev: Any) -> str:
     """What the engine-progress sources sent to the server, for the report's intrusion line."""
     raws = [s.get("engine_progress") for s in ev.snapshots if s.get("engine_progress")]
@@ -51,7 +59,7 @@ def intrusion_note(ev: Any) -> str:
     canary = next((r.get("canary") for r in raws if r.get("canary")), None) or {}
     if canary.get("sent"):
         note += (f"; one 1-token completion was sent (--probe-generate, model {canary.get('model')}):"
-                 f" {'answered' if canary.get('ok') else 'no answer: ' + str(canary.get('error'))}")
+                 f" {_canary_outcome(canary)}")
     elif canary.get("asked"):
         note += f"; the 1-token canary (--probe-generate) was not sent: {canary.get('error')}"
     else:

@@ -254,6 +254,17 @@ WAITS: list[Wait] = [
          "a socket becoming ready; a blocking call in a coroutine stops the loop instead",
          name=r"BaseEventLoop\.(run_forever|run_until_complete|_run_once)|"
               r"(EpollSelector|PollSelector|SelectSelector|_PollLikeSelector|KqueueSelector)\.select"),
+    # imports: the frames py-spy prints as "(<frozen importlib._bootstrap>)"
+    Wait("py.import-lock", "cpython", ["importlib/_bootstrap.py"], "lock", "import",
+         "the per-module import lock another thread holds while importing the same module",
+         "that thread finishing the import; a deadlock when it waits on this thread",
+         name=r"_ModuleLock\.acquire|_ModuleLockManager\.__enter__|_lock_unlock_module"),
+    Wait("py.import", "cpython", ["importlib/_bootstrap.py", "importlib/_bootstrap_external.py"],
+         "import", "import", "a module's import: its top-level code, or an extension's init "
+                             "(dlopen, MPI / CUDA / NCCL set-up at import)",
+         "the module finishing its import",
+         name=r"_find_and_load(_unlocked)?|_load_unlocked|_call_with_frames_removed|_gcd_import|"
+              r"_LoaderBasics\.exec_module|ExtensionFileLoader\.(create_module|exec_module)"),
     Wait("py.asyncio.runner", "cpython", ["asyncio/runners.py"], "event-loop", "serving",
          "the main coroutine (the server runs inside the loop)", "the server exiting",
          name=r"Runner\.run|run"),

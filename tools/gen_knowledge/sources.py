@@ -126,7 +126,7 @@ def stdlib_source() -> DirSource:
     src = DirSource.__new__(DirSource)
     src.root, src.package, src.version, src.origin = root, "cpython", ver, f"stdlib:{ver}"
     src._names = sorted(str(p.relative_to(root)).replace(os.sep, "/")
-                        for sub in ("multiprocessing", "asyncio", "concurrent")
+                        for sub in ("multiprocessing", "asyncio", "concurrent", "importlib")
                         for p in (root / sub).rglob("*.py")) + sorted(
         p.name for p in root.glob("*.py"))
     return src

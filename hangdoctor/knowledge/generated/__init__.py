@@ -74,6 +74,7 @@ def native_symbol(text: str) -> str:
 def _path_matches(file: str, module: str | None, where: str) -> bool:
     w = where.replace("\\", "/").strip()
     w = re.sub(r":\d+$", "", w)  # "connection.py:430"
+    w = re.sub(r"^<frozen (.+)>$", r"\1", w)  # py-spy's "<frozen importlib._bootstrap>"
     if w.endswith(".py"):
         return w.endswith(file) or file.endswith(w.lstrip("./"))
     # a dotted module name ("multiprocessing.connection")

@@ -159,6 +159,8 @@ def spinning(ev: Evidence) -> list[dict[str, Any]]:
     if w <= 0:
         return out
     for p in ev.processes:
+        if is_helper(p):
+            continue  # a compiler on one line for a while is one long compile, no spin
         ps = ev.stacks.get((p.host, p.pid))
         if ps is None or not ps.ok or len(ps.samples) < 3:
             continue

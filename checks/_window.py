@@ -99,6 +99,10 @@ def pending(ev: Evidence) -> list[str]:
         peers = ", ".join(str(c.get("peer")) for c in stuck[:3])
         out.append(f"{len(stuck)} client connection(s) sent a request and got nothing back over the "
                    f"whole window ({peers})")
+    phase, line = ev.engine.log_phase()
+    if phase in ("loading", "warming-up", "compiling", "capturing-graphs"):
+        # a known phase that must finish (the engine's own log line names it)
+        out.append(f"the log's last phase is {phase}: {line[:120]}")
     for p in ev.processes:
         if p.alive and p.state == "T":
             out.append(f"{p.label}, the {p.role or 'process'}, cannot run: stopped (state T)")
@@ -159,6 +163,8 @@ def spinning(ev: Evidence) -> list[dict[str, Any]]:
     if w <= 0:
         return out
     for p in ev.processes:
+        if is_helper(p):
+            continue  # a compiler on one line for a while is one long compile, no spin
         ps = ev.stacks.get((p.host, p.pid))
         if ps is None or not ps.ok or len(ps.samples) < 3:
             continue

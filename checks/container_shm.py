@@ -12,10 +12,11 @@ from hangdoctor.checkapi import against, check, cleared, fired, skipped, support
 
 from ._container import GIB, containers, label, members, size
 
-# What uses /dev/shm in an inference server: NCCL's SHM transport (nccl-*), Python's
-# multiprocessing.shared_memory (psm_*, vLLM's shared-memory broadcast), torch's tensor
-# sharing (torch_*), POSIX semaphores (sem.*), Gloo and PyTorch's DataLoader.
-_SHM_FILES = re.compile(r"^(nccl-|psm_|torch_|sem\.|vllm|sglang|__KMP_REGISTERED|cuda\.shm)")
+# What needs large shared memory in an inference server: NCCL's SHM transport (nccl-*),
+# Python's multiprocessing.shared_memory (psm_*, vLLM's shared-memory broadcast), torch's
+# tensor sharing (torch_*), Gloo and PyTorch's DataLoader. multiprocessing's POSIX semaphores
+# (sem.*, 32 bytes each) are in every Queue's /dev/shm and need none: alone they are no user.
+_SHM_FILES = re.compile(r"^(nccl-|psm_|torch_|vllm|sglang|__KMP_REGISTERED|cuda\.shm)")
 _ENGINES = re.compile(
     r"vllm|sglang|text-generation|tensorrt_llm|trtllm|torchrun|torch\.distributed"
 )

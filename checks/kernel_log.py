@@ -50,6 +50,8 @@ def kernel_log(ev: Evidence):
                                f"Xid {x.code} on {x.pci or 'a GPU'}: {what}{who}"))
     for o in kv.oom_kills[-5:]:
         kind, factor = relevance(scope, pid=o.pid, name=None, text=o.text)
+        if o.pid is not None and o.pid not in tree_pids:
+            kind = "context"  # another program's process: a fact of the host, not of the server
         if kind == "context":
             context += 1
             continue
@@ -67,6 +69,8 @@ def kernel_log(ev: Evidence):
         signals.append(support("gpu-fault", round(0.35 * factor, 3), f"PCIe AER error: {line.strip()[:140]}"))
     for h in kv.hung_tasks[-3:]:
         kind, _factor = relevance(scope, pid=h.pid, name=h.name, text=h.text)
+        if h.pid is not None and h.pid not in tree_pids:
+            kind = "context"  # it names a pid outside the diagnosed trees: context, never a cause
         if kind == "context":
             context += 1
             continue

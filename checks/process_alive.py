@@ -140,8 +140,9 @@ def process_alive(ev: Evidence):
         if p.zombie or p.raw.get("alive") is False:
             what = "is a zombie (exited, not reaped)" if p.zombie else (p.exit_info or "exited")
             root_pids = {r.pid for r in roots}
-            workerish = (p.role in ("worker", "engine") or p.rank is not None
-                         or (p.ppid in root_pids and str(p.name or "").startswith("python")))
+            workerish = p.role not in ("helper", "compiler") and (
+                p.role in ("worker", "engine") or p.rank is not None
+                or (p.ppid in root_pids and str(p.name or "").startswith("python")))
             if workerish:
                 signals.append(support("rank-died", 0.7, f"worker {p.label} {what}", [ref(p)]))
             else:

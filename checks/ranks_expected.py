@@ -6,10 +6,35 @@ hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
 
 from __future__ import annotations
 
+import re
+
 from hangdoctor.checkapi import against, check, cleared, fired, support
 from hangdoctor.evidence.model import Evidence
 
 from ._common import ref
+from ._window import is_helper
+
+# Ranks a log names: "[rank1]:", "[Rank 0]", "[TP1]", "rank=3", "world_size=2"
+_RANK_NAMED = re.compile(r"\[(?:rank|Rank|RANK|TP|tp)\s*(\d{1,4})\]|\brank[= ](\d{1,4})\b")
+_WORLD = re.compile(r"\bworld[_ ]size[=: ]+(\d{1,4})\b", re.IGNORECASE)
+
+
+def _from_log(ev: Evidence) -> tuple[int | None, str | None]:
+    """The world size a log states or implies (the highest rank it names, plus one)."""
+    if not ev.has("log"):
+        return None, None
+    world, named = None, set()
+    for line in ev.log.lines[-2000:]:
+        m = _WORLD.search(line)
+        if m:
+            world = max(world or 0, int(m.group(1)))
+        for a, b in _RANK_NAMED.findall(line):
+            named.add(int(a or b))
+    if world:
+        return world, f"world_size={world} in the server log"
+    if len(named) >= 2:
+        return max(named) + 1, f"the log names ranks {', '.join(map(str, sorted(named)))}"
+    return None, None
 
 
 @check("ranks.expected", "Live ranks against the job's expected world size", needs=["processes"],
@@ -23,7 +48,10 @@ def ranks_expected(ev: Evidence):
     Confirm by hand: ps -eo pid,ppid,stat,cmd | grep -E 'rank|TP'; nvidia-smi --query-compute-apps=pid,used_memory --format=csv
     """
     expected, source = ev.expected_world_size()
-    workers = [p for p in ev.processes if p.role in ("worker",) or p.rank is not None]
+    if expected is None:
+        expected, source = _from_log(ev)
+    # helpers (the resource tracker, a fork server, compile workers) are never ranks
+    workers = [p for p in ev.processes if (p.role in ("worker",) or p.rank is not None) and not is_helper(p)]
     live = [p for p in workers if p.alive]
     live_ranks = {p.rank for p in live if p.rank is not None}
     signals = []
@@ -41,6 +69,12 @@ def ranks_expected(ev: Evidence):
             signals.append(support("rank-died", 0.65, text, [ref(p) for p in dead], odd=odd))
             signals.append(against("post-load-deadlock", 0.5, "a rank is gone: the survivors' waits are "
                                    "explained by it, not by a handshake between live workers"))
+            if ev.has("log") and not missing:
+                # the live ranks' numbers are unknown: a rank that logged an exception is the one
+                raised = [ln for ln in ev.log.lines[-2000:] if _RANK_NAMED.search(ln)
+                          and re.search(r"\b\w*(Error|Exception)\b|Traceback", ln)]
+                if raised:
+                    signals.append(support("rank-died", 0.5, f"a rank logged an exception: {raised[-1].strip()[:160]}"))
             if ev.has("log") and missing:
                 errs = [e for e in ev.log.of("error", "traceback", "shard-exit") if e.rank in missing]
                 if errs:

@@ -133,11 +133,25 @@ def _lock_signals(ev: Evidence) -> list[Signal]:
         waiting = [(t, w) for t in ps.threads if (w := _lock_wait(ev, proc, ps, t)) is not None]
         if not waiting:
             continue
-        others = [t for t in ps.threads if all(t is not x for x, _ in waiting)]
+        # a thread joining another (threading.py join) waits for it to end: it is no holder
+        others = [t for t in ps.threads if all(t is not x for x, _ in waiting)
+                  and not (t.top is not None and t.top.bare in ("join", "_wait_for_tstate_lock")
+                           and "threading.py" in t.top.file)]
         t, (weight, how) = max(waiting, key=lambda x: x[1][0])
         label = proc.label if proc is not None else f"pid {pid}"
         at = t.top.short if t.top else "?"
         text = (f"{label} thread {t.name or t.tid!s} is blocked acquiring a lock at {at} ({how})")
+        if len(waiting) > 1 and not others:
+            # nobody else could hold them: the waiters hold each other's locks (lock order)
+            where = "; ".join(f"{x.name or x.tid} at {x.top.short if x.top else '?'}" for x, _ in waiting[:4])
+            out.append(support("lock-contention", 0.7,
+                               f"{label}: {len(waiting)} threads blocked acquiring locks and no other "
+                               f"thread that could hold them: a lock-order deadlock (ABBA) between "
+                               f"{where}. Which thread holds which lock is not known without "
+                               "`py-spy dump --locals` (off by default)", [f"pid:{pid}"]))
+            out.append(against("post-load-deadlock", 0.5, f"{label}'s threads wait on locks of their own "
+                               "process, not on a handshake with another process", [f"pid:{pid}"]))
+            continue
         if others:
             held = "; ".join(f"{o.name or o.tid} at {o.top.short if o.top else '?'}" for o in others[:2])
             holder = ("the one other thread, which holds it" if len(others) == 1

@@ -41,7 +41,7 @@ def test_an_experiment_that_does_not_fit_is_not_proposed(snapshot: str, not_prop
 @pytest.mark.parametrize(("snapshot", "proposed"), [
     ("gpu-peer-never-joins", "tp1"),  # two ranks on two GPUs
     ("vllm-tp2-rank-stopped", "tp1"),  # TP=2: the engine's flag
-    ("vllm-starting", "local-disk"),  # the model cache on a network file system
+    ("vllm-starting", "warm-restart"),  # compiling at start-up: its caches (no storage rule fires)
     ("cpu-compile", "warm-restart"),  # a compile: its caches
 ])  # fmt: skip
 def test_an_experiment_that_fits_is_proposed(snapshot: str, proposed: str) -> None:

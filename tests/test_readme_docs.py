@@ -15,7 +15,6 @@ LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 PENDING = {
     "docs/live-verdict.md",
     "docs/security.md",
-    "docs/knowledge-generation.md",
 }
 
 

@@ -42,6 +42,7 @@ from hangdoctor.collect import (
     pyspy,
     sources,
     target_fs,
+    window_samples,
 )
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.collect.manifest import Manifest
@@ -107,6 +108,11 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     by_port = locks.listeners(cfg.ports, proc, own) if discovered and cfg.ports else {}
     if discovered:
         discovery = discover(proc, own)
+        if not discovery and snap["host"].get("in_container") and 1 not in own and procfs.stat(1, proc):
+            # in a container (docker:NAME, k8s:) with no known server: its main process is
+            # the obvious target, and its tree is what the user asked about
+            discovery = [{"pid": 1, "kind": "the container's main process",
+                          "cmdline": " ".join(procfs.cmdline(1, proc) or [])[:300]}]
         roots = [d["pid"] for d in discovery]
         man.add("discovery", "ok", time.monotonic() - t0,
                 "%d inference-server process tree(s) found" % len(roots) if roots
@@ -293,6 +299,11 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     # the window. The second round of dumps is timed to end with the window rather than start
     # after it: with many workers a round costs n x (one dump's CPU) / cores.
     window_end = t_start + window_s
+    # samples in between (window_samples.py): stacks and /proc counters at points inside
+    window_samples.edges(readers, cfg, t_start, at_end=False)
+    last_round = min(window_end - _round_lead(futures, py_targets, window_s), hard_deadline)
+    points = window_samples.take(cfg, pool, pyspy_bin, readers, py_targets, futures, t_start,
+                                 window_s, last_round, dump_timeout)
     if pyspy_bin and py_targets and window_s > 0:
         time.sleep(max(0.0, min(window_end - _round_lead(futures, py_targets, window_s) - time.monotonic(),
                                 hard_deadline - time.monotonic())))
@@ -317,6 +328,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
             r.finish(actual_window)
         except Exception as exc:
             r.record.setdefault("exit_info", "unreadable at window end: %s" % exc)
+    window_samples.edges(readers, cfg, t_start, at_end=True)
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
     if log_paths:
         probe_log.read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline, log_end,
@@ -348,6 +360,9 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         if isinstance(b, dict) and not r.record.get("pid_reused"):
             a = pyspy.merge_samples(a, b, round(t_window_end - t_start, 3))
         stacks[str(r.pid)] = a
+    window_samples.merge(stacks, results, points, round(t_window_end - t_start, 3))
+    for r in (py_targets if pyspy_bin else []):
+        a = stacks[str(r.pid)]
         if a.get("status") == "ok":
             ok_dumps += 1
         else:

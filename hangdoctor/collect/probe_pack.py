@@ -51,6 +51,7 @@ PROBE_MODULES = [
     "hangdoctor.collect.engine_sources",
     "hangdoctor.collect.manifest",
     "hangdoctor.collect.tasks",
+    "hangdoctor.collect.window_samples",
     "hangdoctor.collect.late_site",
     "hangdoctor.collect.probe_log",
     "hangdoctor.collect.probe_redact",

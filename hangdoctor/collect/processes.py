@@ -155,6 +155,10 @@ def _rank_of(argv: List[str], env: Optional[Dict[str, str]], name: str) -> Tuple
     return None, None
 
 
+# multiprocessing's resource tracker, fork server and (older Pythons) semaphore tracker
+_HELPERS = re.compile(r"multiprocessing\.(resource_tracker|forkserver|semaphore_tracker) import main")
+
+
 def _role_of(pid: int, root: int, argv: List[str], name: str, listen: List[Any], rank: Optional[int],
              is_torch: bool) -> str:
     text = " ".join(argv)
@@ -164,11 +168,14 @@ def _role_of(pid: int, root: int, argv: List[str], name: str, listen: List[Any],
         return "compiler"
     if "EngineCore" in text or "EngineCore" in name:
         return "engine"
+    if _HELPERS.search(text):
+        return "helper"  # the runtime's own helper processes: never a rank
     if rank is None and _LAUNCHERS.search(text):
         # torchrun's elastic agent: it listens on the c10d store port (MASTER_PORT), which is
         # no API, and runs torch threads, but it is no worker
         return "launcher"
-    if rank is not None or is_torch or "Worker" in name or "scheduler_TP" in name:
+    if rank is not None or is_torch or "Worker" in name or "scheduler_TP" in name or \
+            "--multiprocessing-fork" in argv:
         if pid != root or rank is not None:
             return "worker"
     if listen:
@@ -323,6 +330,7 @@ class ProcReader:
             rec["read_bytes_delta"] = max(0, io_b.get("read_bytes", 0) - self.io_a.get("read_bytes", 0))
             rec["write_bytes_delta"] = max(0, io_b.get("write_bytes", 0) - self.io_a.get("write_bytes", 0))
             rec["rchar_delta"] = max(0, io_b.get("rchar", 0) - self.io_a.get("rchar", 0))
+            rec["wchar_delta"] = max(0, io_b.get("wchar", 0) - self.io_a.get("wchar", 0))
 
 
 # ---------------------------------------------------------------- other sources

@@ -44,7 +44,8 @@ def in_flight(conn: dict[str, Any], window_ms: float) -> bool | None:
     never_answered = not conn.get("bytes_acked") and not conn.get("bytes_sent")
     # the request came after the last answer: a keep-alive connection that got its answer has
     # sent last; one waiting for an answer has received last.
-    return never_answered or recv_ms <= sent_ms
+    # (equal: both in one kernel tick, the answer right after the request: answered)
+    return never_answered or recv_ms < sent_ms
 
 
 @dataclass

@@ -136,14 +136,16 @@ class ProcStack:
 
     @property
     def moved(self) -> bool | None:
-        """True when any thread's stack changed between the first and last sample."""
+        """True when any thread's stack differs between any two samples of the window (the
+        probe takes some in between: two that land on the same line are no verdict)."""
         if len(self.samples) < 2:
             return None
-        first = {t.tid: t.signature for t in self.samples[0]}
-        last = {t.tid: t.signature for t in self.samples[-1]}
-        for tid, sig in last.items():
-            if tid in first and first[tid] != sig:
-                return True
+        seen: dict[Any, str] = {}
+        for sample in self.samples:
+            for t in sample:
+                if t.tid in seen and seen[t.tid] != t.signature:
+                    return True
+                seen.setdefault(t.tid, t.signature)
         return False
 
     def thread_names(self) -> list[str]:
@@ -234,6 +236,12 @@ def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
     inner = next((f for f in frames if not f.native), frames[0])
     if _SYNC_PY.match(inner.bare) and "torch" in inner.file:
         return "cuda-sync", inner.short
+    # a lock taken inside a queue's get / put (multiprocessing.Queue's reader lock while another
+    # consumer holds it) is the queue's wait, not lock contention
+    for f in frames[:5]:
+        if not f.native and f.bare in ("get", "put", "get_nowait", "put_nowait") and \
+                f.file.endswith(("multiprocessing/queues.py", "queue.py")):
+            return "ipc-wait", f.short
     # the libraries' own wait points (knowledge/generated/wait_points.json, read out of their
     # source): the innermost frame that is one names the wait
     found = _generated_wait(frames)

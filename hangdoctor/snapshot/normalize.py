@@ -12,7 +12,7 @@ from typing import Any
 _STR = ("name", "exe", "status", "status_end", "wchan", "role", "rank_source", "exit_info", "env_status", "host")
 _INT = ("pid", "ppid", "root_pid", "rank", "num_threads", "uid")
 _NUM = ("cpu_delta_s", "cpu_pct", "cpu_time_s", "create_time", "rss_bytes", "vms_bytes", "swap_bytes",
-        "read_bytes_delta", "write_bytes_delta", "rchar_delta", "ps_cpu_pct")
+        "read_bytes_delta", "write_bytes_delta", "rchar_delta", "wchar_delta", "ps_cpu_pct")
 _BOOL = ("alive", "zombie", "is_python", "is_torch_distributed")
 
 

@@ -211,6 +211,12 @@ def decide_verdict(ev: Evidence, facts: dict[str, Any], causes: list[dict[str, A
     if by_engine is not None:
         return by_engine
     # --- end engine progress
+    if ev.has_timing:
+        from hangdoctor.triage.live_verdict import live_verdict
+
+        by_window = live_verdict(facts, ev.window_s or 0.0, causes)
+        if by_window is not None:
+            return by_window
     strong_hang = top is not None and top["score"] >= 0.5 and CAUSES.get(top["id"], None) is not None and CAUSES[top["id"]].hang
     if facts.get("answering") and not (strong_hang and top["id"] in ("frontend-hang", "request-deadlock", "nccl-desync", "rank-died", "gpu-fault")):
         return "healthy", facts.get("answering_reason") or "the server answers its health endpoint"
@@ -482,49 +488,15 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
             "next_steps": [_fill(s, ev, odd) for s in _backend_steps(ev, c.next_steps if c else ())],
             "odd_ones_out": odd,
         })
-    # a cause that only risk factors speak for (a version, a /dev/shm size, a setting) is a risk,
-    # not a cause: it supports what a symptom points to and never leads alone
-    # where the evidence stands (phase, waits, errors): the differential's priors
+    # where the evidence stands (phase, waits, errors): the differential's priors; a cause only
+    # risk factors speak for is a risk, never a cause alone
     obs = differential.observe(ev)
     prior = differential.prior_signals(obs)
-    # a cause that only risk factors speak for (a version, a /dev/shm size, a setting) is a risk,
-    # not a cause: it supports what a symptom or the position points to and never leads alone
-    risks = []
-    for c in list(causes):
-        if not (c["evidence"] and all("risk" in (i.get("refs") or []) for i in c["evidence"])):
-            continue
-        if c["id"] in prior:
-            # the position points here too: the risk raises it, at the score of both together
-            keep = 1.0 - c["score"]
-            for it in prior[c["id"]]:
-                keep *= 1.0 - it["weight"]
-            c["score"] = round(min(c["score"], 1.0 - keep), 3)
-            c["evidence"] = c["evidence"] + prior[c["id"]]
-            c["summary"] += " (a risk factor, where the evidence stands: " + prior[c["id"]][0]["text"] + ")"
-            continue
-        causes.remove(c)
-        risks.append({"id": c["id"], "title": c["title"], "score": c["score"], "text": c["summary"]})
+    risks = differential.set_risks_apart(causes, prior)
     if not causes:
-        for cid, items in prior.items():
-            score = 1.0
-            for it in items:
-                score *= 1.0 - it["weight"]
-            score = min(differential.PRIOR_CAP, 1.0 - score)
-            against = (scored.get(cid) or {}).get("against") or []
-            for it in against:  # what rules a cause out still does, a prior or not
-                score *= 1.0 - min(0.99, it["weight"])
-            score = round(score, 3)
-            if score < MIN_SCORE / 2:
-                continue
-            c = CAUSES.get(cid)
-            causes.append({
-                "id": cid, "title": title(cid), "score": score, "confidence": "low",
-                "symptom_only": False, "prior": True,
-                "summary": "where the evidence stands, not a mechanism: " + items[0]["text"],
-                "evidence": sorted(items, key=lambda i: -i["weight"]), "against": against,
-                "next_steps": [_fill(s, ev, []) for s in _backend_steps(ev, c.next_steps if c else ())],
-                "odd_ones_out": [],
-            })
+        causes.extend(differential.prior_causes(
+            prior, scored, MIN_SCORE,
+            lambda cid: [_fill(x, ev, []) for x in _backend_steps(ev, CAUSES[cid].next_steps if cid in CAUSES else ())]))
     # a cause that only downstream symptoms speak for ranks below every mechanism
     causes.sort(key=lambda c: (c["symptom_only"], -c["score"], c["id"]))
     differential.order_by_explanation(causes, MIN_SCORE)
@@ -559,6 +531,24 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         verdict, reason = "inconclusive", (
             f"found no evidence: {prose_n} line(s) read as a person's writing (context, never matched as a "
             "log), and no stack, error, log phase or program output to read")
+    if (verdict in ("healthy", "progressing") and ev.has_timing) or facts.get("stopped"):
+        # a measured window outranks a position; so does a process of the tree that was stopped
+        # (state T): the others wait because of it, not where their waits usually point
+        causes = [c for c in causes if not c.get("prior")]
+    if verdict == "healthy" and causes:
+        # a healthy (or idle) server lists no causes: what spoke for one is kept among the
+        # ruled-out, with what it said (a risk stays visible, it does not lead)
+        for c in causes:
+            ruled_out.append({"id": c["id"], "title": c["title"],
+                              "by": [f"healthy: {reason}", "it spoke: " + c["summary"]]})
+        causes = []
+    elif verdict == "progressing" and facts.get("moving"):
+        # measured progress: a weak hang cause is noise beside it (kept among the ruled-out)
+        weak = [c for c in causes if c["score"] < 0.5 and (CAUSES.get(c["id"]) is None or CAUSES[c["id"]].hang)]
+        for c in weak:
+            ruled_out.append({"id": c["id"], "title": c["title"],
+                              "by": ["something moves: " + "; ".join(facts["moving"][:2]), "it spoke: " + c["summary"]]})
+        causes = [c for c in causes if c not in weak]
     stopped = facts.get("stopped") or []
     if stopped and verdict in ("hung", "inconclusive"):
         reason += (f"; {len(stopped)} process(es) are stopped (state T: SIGSTOP, Ctrl-Z or a debugger): "
@@ -631,9 +621,12 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
         })
 
     n_dumped = sum(1 for ps in ev.stacks.values() if ps.ok)
+    most = max((len(ps.samples) for ps in ev.stacks.values() if ps.ok), default=0)
+    dumps = ("one dump" if most <= 1 else "two dumps, at the start and the end of the window" if most == 2
+             else f"{most} dumps: the window's start, its end and {most - 2} in between")
     intrusion = ("read-only: /proc reads, NVML queries and an HTTP GET of the server's own port; "
                  f"py-spy paused each of {n_dumped} Python process(es) for a few milliseconds per dump "
-                 "(two dumps, at the start and the end of the window); no signal was sent") if n_dumped else \
+                 f"({dumps}); no signal was sent") if n_dumped else \
         "read-only: /proc reads, NVML queries and an HTTP GET of the server's own port; no process was paused"
     if ev.origin == "pasted":
         intrusion = "none: analysis of pasted evidence"

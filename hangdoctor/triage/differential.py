@@ -21,7 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import Any, Callable
 
 from hangdoctor.evidence.model import Evidence
 from hangdoctor.knowledge import causes as causes_mod
@@ -309,3 +309,51 @@ def order_by_explanation(ranked: list[dict[str, Any]], min_score: float) -> None
                     break
             if moved:
                 break
+
+
+def set_risks_apart(causes: list[dict[str, Any]], prior: dict[str, list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """In place: a cause that only risk factors speak for (a version, a /dev/shm size, a setting)
+    leaves ``causes`` and is returned as a risk; it supports what a symptom or the position
+    points to and never leads alone. Where the position points at it too, the risk raises it
+    (at the score of both together) and it stays."""
+    risks = []
+    for c in list(causes):
+        if not (c["evidence"] and all("risk" in (i.get("refs") or []) for i in c["evidence"])):
+            continue
+        if c["id"] in prior:
+            keep = 1.0 - c["score"]
+            for it in prior[c["id"]]:
+                keep *= 1.0 - it["weight"]
+            c["score"] = round(min(c["score"], 1.0 - keep), 3)
+            c["evidence"] = c["evidence"] + prior[c["id"]]
+            c["summary"] += " (a risk factor, where the evidence stands: " + prior[c["id"]][0]["text"] + ")"
+            continue
+        causes.remove(c)
+        risks.append({"id": c["id"], "title": c["title"], "score": c["score"], "text": c["summary"]})
+    return risks
+
+
+def prior_causes(prior: dict[str, list[dict[str, Any]]], scored: dict[str, dict[str, Any]], min_score: float,
+                 next_steps: Callable[[str], list[str]]) -> list[dict[str, Any]]:
+    """The causes where the evidence stands points to, when no mechanism spoke: low confidence,
+    each lowered by what rules it out (a prior or not)."""
+    out = []
+    for cid, items in prior.items():
+        keep = 1.0
+        for it in items:
+            keep *= 1.0 - it["weight"]
+        score = min(PRIOR_CAP, 1.0 - keep)
+        against = (scored.get(cid) or {}).get("against") or []
+        for it in against:
+            score *= 1.0 - min(0.99, it["weight"])
+        score = round(score, 3)
+        if score < min_score / 2:
+            continue
+        out.append({
+            "id": cid, "title": causes_mod.title(cid), "score": score, "confidence": "low",
+            "symptom_only": False, "prior": True,
+            "summary": "where the evidence stands, not a mechanism: " + items[0]["text"],
+            "evidence": sorted(items, key=lambda i: -i["weight"]), "against": against,
+            "next_steps": next_steps(cid), "odd_ones_out": [],
+        })
+    return out

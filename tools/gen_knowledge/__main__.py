@@ -1,4 +1,4 @@
-"""python -m tools.gen_knowledge [--cache DIR] [--repo NAME=PATH ...] [--allow-missing]
+"""python -m tools.gen_knowledge [--cache DIR] [--repo NAME=PATH[@REV] ...] [--allow-missing]
 
 Obtains the sources the selectors name (wheels by ``pip download --no-deps`` into the cache,
 git snapshots from ``--repo``, the running interpreter's standard library), runs the pure
@@ -28,9 +28,12 @@ def load_sources(cache: Path, repos: dict[str, Path], errors: list[str]) -> list
                 out.append(WheelSource(wheel_path(cache, name, version), name, version))
             elif kind == "git":
                 if name not in repos:
-                    errors.append(f"source {name}: a git snapshot; pass --repo {name}=PATH")
+                    if not version:  # said once per repository
+                        errors.append(f"source {name}: a git repository; pass --repo {name}=PATH")
                     continue
-                out.append(GitSource(repos[name], name))
+                path, rev = repos[name]
+                # a pinned older version is read from the same repository at its tag
+                out.append(GitSource(path, name, version or rev))
             elif kind == "stdlib":
                 out.append(stdlib_source())
         except Exception as e:  # noqa: BLE001 - one missing source is reported, the rest go on
@@ -43,21 +46,23 @@ def main(argv: list[str] | None = None) -> int:
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "hangdoctor-gen",
                     help="where wheels are downloaded (default ~/.cache/hangdoctor-gen)")
-    ap.add_argument("--repo", action="append", default=[], metavar="NAME=PATH",
-                    help="a bare git snapshot for a source that is only a repository "
+    ap.add_argument("--repo", action="append", default=[], metavar="NAME=PATH[@REV]",
+                    help="a git repository (bare, or a clone) for a source that is only a "
+                         "repository, read at REV (default HEAD) "
                          f"({', '.join(n for k, n, _ in S.SOURCES if k == 'git')})")
     ap.add_argument("--out", type=Path, default=OUT, help=f"output folder (default {OUT})")
     ap.add_argument("--allow-missing", action="store_true",
                     help="write the files even when a source or a selector found nothing")
     args = ap.parse_args(argv)
-    repos: dict[str, Path] = {}
+    repos: dict[str, tuple[Path, str]] = {}
     for r in args.repo:
-        name, sep, path = r.partition("=")
+        name, sep, spec = r.partition("=")
+        path, _, rev = spec.partition("@")
         if not sep or not Path(path).exists():
-            print(f"gen_knowledge: --repo wants NAME=PATH to an existing git dir, got {r!r}",
+            print(f"gen_knowledge: --repo wants NAME=PATH[@REV] to an existing git dir, got {r!r}",
                   file=sys.stderr)
             return 2
-        repos[name] = Path(path)
+        repos[name] = (Path(path), rev or "HEAD")
     errors: list[str] = []
     sources = load_sources(args.cache / "pip", repos, errors)
     wdoc, mdoc, errs = B.build(sources, S.WAITS, S.MESSAGES)

@@ -40,6 +40,7 @@ class Wait:
     calls: str = ""  # regex, search in any call the function makes
     exclude: str = ""  # regex, fullmatch on the qualname: left out
     native: str = ""  # "" (Python) | "dynsym" | "header"
+    root: str = ""  # a repository folder that is the package's root ("server/" in TGI's repo)
 
 
 @dataclass
@@ -55,11 +56,12 @@ class Msg:
     causes: list[tuple[str, float]] = field(default_factory=list)
     text: str = ""  # regex, search in the template
     levels: tuple[str, ...] = ()  # empty: any
-    via: str = ""  # "log" | "raise" | "warn" ("" any) for Python
+    via: str = ""  # "log" | "raise" | "warn" | "print" ("" any; a catch-all skips raise / print)
     function: str = ""  # regex, fullmatch on the enclosing function's qualname
     lang: str = "py"  # "py" | "c" | "rust" | "go" | "strings"
     macros: dict[str, tuple[str, int]] = field(default_factory=dict)  # lang "c"
     min_literal: int = 8
+    root: str = ""
 
 
 def _src_matches(spec: str, s: Source) -> bool:
@@ -69,6 +71,15 @@ def _src_matches(spec: str, s: Source) -> bool:
 
 def pick_source(spec: str, sources: list[Source]) -> Source | None:
     return next((s for s in sources if _src_matches(spec, s)), None)
+
+
+def pick_sources(spec: str, sources: list[Source]) -> list[Source]:
+    """``"nccl*"``: every source of the package, in the order listed (newest first);
+    otherwise the first that matches."""
+    if spec.endswith("*"):
+        return [s for s in sources if s.package == spec[:-1]]
+    one = pick_source(spec, sources)
+    return [one] if one else []
 
 
 def module_of(path: str) -> str | None:
@@ -99,19 +110,34 @@ def _dynsym(src: Source, name: str) -> tuple[str, ...]:
     return tuple(sorted(x for x in out if x))
 
 
-def _files(sel: Wait | Msg, src: Source, errors: list[str]) -> list[str]:
+def _rel(root: str, f: str) -> str:
+    """The file's path in the installed package: ``root`` "server/" strips a repository
+    folder; "op_builder/=deepspeed/ops/op_builder/" maps one to where it is installed."""
+    old, _, new = root.partition("=")
+    return new + f[len(old):] if old and f.startswith(old) else f
+
+
+def _files(sel: Wait | Msg, src: Source, missing: list[str]) -> list[str]:
     out: list[str] = []
     for pat in sel.files:
         got = src.match(pat)
         if not got:
-            errors.append(f"{sel.id}: {src.origin} has no file matching {pat}")
+            missing.append(pat)
         out += got
     return sorted(set(out))
 
 
-def _wait_points(sel: Wait, src: Source, errors: list[str]) -> list[dict]:
+def _missing_error(sel: Wait | Msg, srcs: list[Source], missing: list[str], errors: list[str]) -> None:
+    """A file pattern is an error when no source of the selector has it (a file an older
+    version of the package does not have yet is fine)."""
+    for pat in sorted(set(missing)):
+        if missing.count(pat) == len(srcs):
+            errors.append(f"{sel.id}: {srcs[0].origin} has no file matching {pat}")
+
+
+def _wait_points(sel: Wait, src: Source, missing: list[str]) -> list[dict]:
     out: list[dict] = []
-    for f in _files(sel, src, errors):
+    for f in _files(sel, src, missing):
         if sel.native == "dynsym":
             found = [(name, 0) for name in _dynsym(src, f) if re.fullmatch(sel.name, name)]
         elif sel.native == "header":
@@ -128,12 +154,13 @@ def _wait_points(sel: Wait, src: Source, errors: list[str]) -> list[dict]:
                 if sel.calls and not any(re.search(sel.calls, c) for c in fn.calls):
                     continue
                 found.append((fn.qualname, fn.line))
+        rel = _rel(sel.root, f)
         for qual, line in found:
             native = bool(sel.native)
             out.append({
-                "id": f"{src.package}@{src.version}:{f}:{qual}",
-                "package": src.package, "version": src.version, "file": f, "line": line,
-                "module": None if native else module_of(f),
+                "id": f"{src.package}@{src.version}:{rel}:{qual}",
+                "package": src.package, "version": src.version, "file": rel, "line": line,
+                "module": None if native else module_of(rel),
                 "function": qual if native else qual.rpartition(".")[2],
                 "qualname": qual, "native": native,
                 "wait_class": sel.wait_class, "phase": sel.phase,
@@ -167,32 +194,47 @@ def _raw_messages(sel: Msg, src: Source, f: str) -> list[tuple[int, str, str, st
     raise ValueError(sel.lang)
 
 
-def _messages(sel: Msg, src: Source, errors: list[str], taken: set) -> list[dict]:
+def _messages(sel: Msg, src: Source, missing: list[str], taken: set, known: set,
+              first: bool = True) -> list[dict]:
+    """``known``: (package, template) recorded from a newer version of the package (sources
+    are listed newest first for a package read at several versions)."""
     out: list[dict] = []
-    for f in _files(sel, src, errors):
+    mine: set = set()
+    for f in _files(sel, src, missing):
         for line, level, via, func, toks in _raw_messages(sel, src, f):
             template = T.to_template(toks)
             if sel.text and not re.search(sel.text, template):
                 continue
             if sel.levels and level not in sel.levels and sel.lang != "strings":
                 continue
+            # a progress line is an info / debug log; a raise is never "progress" or "state"
+            # unless the selector says so (a catch-all must not file errors as progress)
+            if sel.kind == "progress" and not sel.levels and level not in ("info", "debug"):
+                continue
             if sel.via and via != sel.via:
                 continue
+            if not sel.via and not sel.text and via in ("raise", "print") and sel.kind in ("progress", "state"):
+                continue  # a catch-all takes logs; raises and prints only when named
             if sel.function and not re.fullmatch(sel.function, func):
                 continue
             line_toks = T.first_line(toks, sel.min_literal)  # logs are matched a line at a time
             if line_toks is None:
                 continue
+            head = T.prefix(line_toks)
             syntax = T.syntax_of(toks)
-            key = (src.package, src.version, f, line, template)
+            rel = _rel(sel.root, f)
+            key = (src.package, src.version, rel, line, template)
             if key in taken:  # an earlier, more specific selector claimed it
                 continue
+            if not first and (src.package, template) in known and (src.package, template) not in mine:
+                continue  # an older version of the package printing what the newer one does
             taken.add(key)
+            mine.add((src.package, template))
             out.append({
-                "id": "", "package": src.package, "version": src.version, "file": f,
+                "id": "", "package": src.package, "version": src.version, "file": rel,
                 "line": line, "function": func or None, "via": via, "level": level, "syntax": syntax,
-                "template": template, "regex": T.to_regex(line_toks),
-                "literal": T.longest_literal(line_toks), "key": T.key_word(line_toks),
+                "template": template, "regex": T.to_regex(head), "regex_full": T.to_regex(line_toks),
+                "literal": T.longest_literal(head), "key": T.key_word(head),
                 "event": sel.event, "phase": sel.phase, "kind": sel.kind,
                 "causes": [{"cause": c, "weight": w} for c, w in sel.causes],
                 "meaning": sel.meaning, "selector": sel.id,
@@ -207,28 +249,38 @@ def build(sources: list[Source], waits: list[Wait], msgs: list[Msg]) -> tuple[di
     wps: dict[str, dict] = {}
     used: set[str] = set()
     for sel in waits:
-        src = pick_source(sel.src, sources)
-        if src is None:
+        srcs = pick_sources(sel.src, sources)
+        if not srcs:
             errors.append(f"{sel.id}: no source {sel.src}")
-            continue
-        got = _wait_points(sel, src, errors)
-        if not got:
-            errors.append(f"{sel.id}: found nothing in {src.origin} {sel.files}")
-        for wp in got:
-            wps.setdefault(wp["id"], wp)  # the first selector that names a function wins
-        used.add(src.origin)
+        seen_fn: set = set()
+        missing: list[str] = []
+        for src in srcs:
+            got = _wait_points(sel, src, missing)
+            if not got and src is srcs[0]:
+                errors.append(f"{sel.id}: found nothing in {src.origin} {sel.files}")
+            fresh = {(w["package"], w["file"], w["qualname"]) for w in got} - seen_fn
+            for wp in got:
+                if (wp["package"], wp["file"], wp["qualname"]) in fresh:
+                    wps.setdefault(wp["id"], wp)  # the first selector that names a function wins
+            seen_fn |= fresh
+            used.add(src.origin)
+        _missing_error(sel, srcs, missing, errors)
     taken: set = set()
     messages: list[dict] = []
     for sel in msgs:
-        src = pick_source(sel.src, sources)
-        if src is None:
+        srcs = pick_sources(sel.src, sources)
+        if not srcs:
             errors.append(f"{sel.id}: no source {sel.src}")
-            continue
-        got = _messages(sel, src, errors, taken)
-        if not got:
-            errors.append(f"{sel.id}: found nothing in {src.origin} {sel.files}")
-        messages += got
-        used.add(src.origin)
+        known = {(m["package"], m["template"]) for m in messages}
+        missing = []
+        for src in srcs:
+            got = _messages(sel, src, missing, taken, known, src is srcs[0])
+            if not got and src is srcs[0]:
+                errors.append(f"{sel.id}: found nothing in {src.origin} {sel.files}")
+            messages += got
+            known |= {(m["package"], m["template"]) for m in got}
+            used.add(src.origin)
+        _missing_error(sel, srcs, missing, errors)
     messages.sort(key=lambda m: (m["package"], m["version"], m["file"], m["line"], m["template"]))
     seen: dict[str, int] = {}
     for m in messages:

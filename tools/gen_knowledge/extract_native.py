@@ -53,6 +53,12 @@ def _string_after(text: str, pos: int) -> tuple[str, int] | None:
             out.append(("l" if m.group(1) in "diouxX" else "") + m.group(1))
             i += m.end()
             continue
+        # a macro parameter pasted between literals ("Call to " name " failed") prints a string
+        m = re.match(r"[A-Za-z_]\w*(?=\s*\")", text[i:])
+        if m and out:
+            out.append("%s")
+            i += m.end()
+            continue
         break
     if not out or (i < len(text) and text[i] not in ",)"):
         return None

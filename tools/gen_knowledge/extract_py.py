@@ -33,7 +33,7 @@ class PyMessage:
     function: str  # qualname of the enclosing function ("" at module level)
     line: int
     level: str
-    via: str  # "log" | "raise" | "warn"
+    via: str  # "log" | "raise" | "warn" | "print"
     tokens: list[T.Token]
     exc: str = ""  # the exception class for via="raise"
 
@@ -98,6 +98,8 @@ class _Walker(ast.NodeVisitor):
         self.messages: list[PyMessage] = []
         self._stack: list[str] = []
         self._fn: list[PyFunction] = []
+        # per function: a name bound to a message text (msg = f"..."; logger.info(msg))
+        self._texts: list[dict[str, ast.AST]] = [{}]
 
     def _visit_def(self, node: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
         qual = ".".join(self._stack + [node.name])
@@ -107,7 +109,9 @@ class _Walker(ast.NodeVisitor):
         self.functions.append(fn)
         self._stack.append(node.name)
         self._fn.append(fn)
+        self._texts.append({})
         self.generic_visit(node)
+        self._texts.pop()
         self._fn.pop()
         self._stack.pop()
 
@@ -118,6 +122,20 @@ class _Walker(ast.NodeVisitor):
         self._stack.append(node.name)
         self.generic_visit(node)
         self._stack.pop()
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        if len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            name = node.targets[0].id
+            if _tokens_of_expr(node.value, False) is not None:
+                self._texts[-1][name] = node.value
+            else:
+                self._texts[-1].pop(name, None)
+        self.generic_visit(node)
+
+    def _message_expr(self, node: ast.AST) -> ast.AST:
+        if isinstance(node, ast.Name) and node.id in self._texts[-1]:
+            return self._texts[-1][node.id]
+        return node
 
     def visit_Return(self, node: ast.Return) -> None:
         if self._fn and node.value is not None:
@@ -130,9 +148,13 @@ class _Walker(ast.NodeVisitor):
             self._fn[-1].calls.add(name)
         f = node.func
         if isinstance(f, ast.Attribute) and f.attr in LOG_LEVELS and _is_logger(f.value) and node.args:
-            toks = _tokens_of_expr(node.args[0], len(node.args) > 1)
+            toks = _tokens_of_expr(self._message_expr(node.args[0]), len(node.args) > 1)
             if toks:
                 self._add(node.lineno, LOG_LEVELS[f.attr], "log", toks)
+        elif name == "print" and node.args and not any(k.arg == "file" for k in node.keywords):
+            toks = _tokens_of_expr(node.args[0], False)
+            if toks:
+                self._add(node.lineno, "info", "print", toks)
         elif name in ("warnings.warn", "warn") and node.args:
             toks = _tokens_of_expr(node.args[0], False)
             if toks:
@@ -142,7 +164,7 @@ class _Walker(ast.NodeVisitor):
     def visit_Raise(self, node: ast.Raise) -> None:
         exc = node.exc
         if isinstance(exc, ast.Call) and exc.args:
-            toks = _tokens_of_expr(exc.args[0], False)
+            toks = _tokens_of_expr(self._message_expr(exc.args[0]), False)
             if toks:
                 self._add(node.lineno, "error", "raise", toks, dotted(exc.func))
         self.generic_visit(node)

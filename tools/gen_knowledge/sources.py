@@ -74,12 +74,22 @@ class WheelSource(Source):
 
 
 class GitSource(Source):
-    def __init__(self, git_dir: Path, package: str) -> None:
-        self.git_dir = git_dir
+    """A repository read at one commit (``rev``, default HEAD) without a work tree: a bare
+    snapshot or the .git of a clone."""
+
+    def __init__(self, git_dir: Path, package: str, rev: str = "HEAD") -> None:
+        self.git_dir = git_dir / ".git" if (git_dir / ".git").is_dir() else git_dir
         self.package = package
-        self.version = self._git("rev-parse", "HEAD").strip()
+        self.version = self._git("rev-parse", f"{rev}^{{commit}}").strip()
         self.origin = f"git:{package}@{self.version}"
-        self._names = sorted(self._git("ls-tree", "-r", "--name-only", "HEAD").splitlines())
+        self.ref = rev
+        self._names = sorted(self._git("ls-tree", "-r", "--name-only", self.version).splitlines())
+
+    def describe(self) -> dict:
+        d = super().describe()
+        if self.ref != "HEAD":
+            d["ref"] = self.ref  # the tag the commit was asked for (v2.21.5-1)
+        return d
 
     def _git(self, *args: str) -> str:
         return subprocess.run(["git", f"--git-dir={self.git_dir}", *args], check=True,
@@ -89,7 +99,7 @@ class GitSource(Source):
         return self._names
 
     def read(self, name: str) -> bytes:
-        return subprocess.run(["git", f"--git-dir={self.git_dir}", "show", f"HEAD:{name}"],
+        return subprocess.run(["git", f"--git-dir={self.git_dir}", "show", f"{self.version}:{name}"],
                               check=True, capture_output=True).stdout
 
 
@@ -116,7 +126,7 @@ def stdlib_source() -> DirSource:
     src = DirSource.__new__(DirSource)
     src.root, src.package, src.version, src.origin = root, "cpython", ver, f"stdlib:{ver}"
     src._names = sorted(str(p.relative_to(root)).replace(os.sep, "/")
-                        for sub in ("multiprocessing", "asyncio", "concurrent")
+                        for sub in ("multiprocessing", "asyncio", "concurrent", "importlib")
                         for p in (root / sub).rglob("*.py")) + sorted(
         p.name for p in root.glob("*.py"))
     return src

@@ -170,3 +170,18 @@ def syntax_of(tokens: list[Token]) -> str:
         if TOKENIZERS[name](text) == tokens:
             return name
     return "mixed"
+
+
+def prefix(tokens: list[Token], min_letters: int = 20) -> list[Token]:
+    """The head of a template that identifies it: whole tokens up to the first point where the
+    literal text holds ``min_letters`` letters. Posted logs are often cut ("... found in 60
+    seconds. This ty"), wrapped or shortened by the poster; the head is what survives."""
+    out: list[Token] = []
+    letters = 0
+    for kind, text in tokens:
+        out.append((kind, text))
+        if kind == "lit":
+            letters += sum(c.isalpha() for c in text)
+            if letters >= min_letters and informative(out):
+                break
+    return out

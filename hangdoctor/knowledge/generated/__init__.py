@@ -7,8 +7,9 @@ version and file it came from. This module only reads them:
 - ``classify_frame(function, module_or_file)``: the wait point a stack frame is in, for a
   Python frame (``recv_bytes`` in ``multiprocessing/connection.py``) or a native symbol as
   py-spy / gdb print it (``c10d::TCPStore::doWait(...)``, ``ncclCommInitRank+0x1f``).
-- ``match_message(line)``: the templates a log line was printed from. Each template's longest
-  literal run is looked for first (a substring test); the regex runs only where it is present.
+- ``match_message(line)``: the templates a log line was printed from. Only templates keyed on
+  a word of the line are tried; a template's regex is its identifying head, so a line the
+  poster cut short still matches, and a template the whole line matches ranks first.
 
 Layer: knowledge; may import: the standard library and hangdoctor.knowledge.
 """
@@ -73,6 +74,7 @@ def native_symbol(text: str) -> str:
 def _path_matches(file: str, module: str | None, where: str) -> bool:
     w = where.replace("\\", "/").strip()
     w = re.sub(r":\d+$", "", w)  # "connection.py:430"
+    w = re.sub(r"^<frozen (.+)>$", r"\1", w)  # py-spy's "<frozen importlib._bootstrap>"
     if w.endswith(".py"):
         return w.endswith(file) or file.endswith(w.lstrip("./"))
     # a dotted module name ("multiprocessing.connection")
@@ -140,5 +142,12 @@ def match_message(line: str) -> list[dict[str, Any]]:
     words = _keys().intersection(line.translate(_SPLIT).split())
     cands = [item for w in words for item in keyed[w]]
     hits = [entry for lit, rx, entry in cands + rest if lit in line and rx.search(line)]
-    hits.sort(key=lambda e: (-len(e["literal"]), e["id"]))
+    # the regex is the template's head (posted lines are often cut); where the whole line is
+    # there, the template it fully matches comes first ("... - Init START" vs "- Init COMPLETE")
+    hits.sort(key=lambda e: (not _full(e["regex_full"]).search(line), -len(e["literal"]), e["id"]))
     return hits
+
+
+@lru_cache(maxsize=4096)
+def _full(regex: str) -> re.Pattern[str]:
+    return re.compile(regex)

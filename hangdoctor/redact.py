@@ -409,6 +409,7 @@ def redact_lines(lines: List[str]) -> List[str]:
     """``redact_text`` for consecutive lines (a log tail), carrying "inside a private key block"
     from one line to the next: a PEM key logged over 27 lines keeps none of its body."""
     out = []  # type: List[str]
+    seen = {}  # type: Dict[str, str]
     in_key = False
     for line in lines:
         if not isinstance(line, str):
@@ -429,7 +430,12 @@ def redact_lines(lines: List[str]) -> List[str]:
         if _BASE64_LINE.match(line):
             out.append(MASK)  # a key or certificate body line whose BEGIN is not in the tail
             continue
-        out.append(redact_text(line))
+        done = seen.get(line)
+        if done is None:
+            done = redact_text(line)
+            if len(seen) < 100000:
+                seen[line] = done  # a log repeats its lines: each is redacted once
+        out.append(done)
     return out
 
 

@@ -107,11 +107,18 @@ def test_dockerd_data_root_is_found_from_its_command_line(tmp_path: Path) -> Non
     (proc / "4242").mkdir(parents=True)
     (proc / "4242" / "comm").write_text("dockerd\n")
     (proc / "4242" / "cmdline").write_bytes(b"dockerd\0--data-root\0/raid/docker\0-H\0fd://\0")
+    (proc / "4242" / "status").write_text("Name:\tdockerd\nUid:\t0\t0\t0\t0\n")  # root's
+    # a "dockerd" any user started: its --data-root is not believed
+    (proc / "4244").mkdir()
+    (proc / "4244" / "comm").write_text("dockerd\n")
+    (proc / "4244" / "cmdline").write_bytes(b"dockerd\0--data-root\0/home/u/planted\0")
+    (proc / "4244" / "status").write_text("Name:\tdockerd\nUid:\t1000\t1000\t1000\t1000\n")
     (proc / "4243").mkdir()
     (proc / "4243" / "comm").write_text("containerd\n")
     (proc / "4243" / "cmdline").write_bytes(b"containerd\0--root\0/elsewhere\0")
     roots = container_runtime.docker_roots(str(proc))
     assert roots[0] == "/var/lib/docker" and "/raid/docker" in roots and "/elsewhere" not in roots
+    assert "/home/u/planted" not in roots
 
 
 def test_docker_json_log_is_decoded_and_split_lines_joined() -> None:

@@ -360,6 +360,10 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
         if isinstance(b, dict) and not r.record.get("pid_reused"):
             a = pyspy.merge_samples(a, b, round(t_window_end - t_start, 3))
         stacks[str(r.pid)] = a
+    for point in points:  # a reused pid's dumps in between are the newcomer's
+        for r in readers:
+            if r.record.get("pid_reused"):
+                point["dumps"].pop(str(r.pid), None)
     window_samples.merge(stacks, results, points, round(t_window_end - t_start, 3))
     for r in (py_targets if pyspy_bin else []):
         a = stacks[str(r.pid)]

@@ -34,7 +34,7 @@ def counters(pid: int, proc: str) -> Optional[Dict[str, Any]]:
     st = procfs.stat(pid, proc)
     if st is None:
         return None
-    out = {"t": time.monotonic(), "state": str(st["state"]),
+    out = {"t": time.monotonic(), "state": str(st["state"]), "_starttime": st["starttime"],
            "cpu_s": round((int(st["utime"]) + int(st["stime"])) / procfs.CLK_TCK, 3)}  # type: Dict[str, Any]
     io = procfs.io_counters(pid, proc)
     if io:
@@ -61,7 +61,7 @@ def take(cfg: Any, pool: Any, pyspy_bin: Optional[str], readers: List[Any], py_t
         time.sleep(max(0.0, at - time.monotonic()))
         point = {"t": round(time.monotonic() - t_start, 3), "dumps": {}}  # type: Dict[str, Any]
         for r in readers:
-            c = counters(r.pid, cfg.proc_root)
+            c = _own(r, counters(r.pid, cfg.proc_root))
             if c is not None:
                 c["t"] = round(c["t"] - t_start, 3)
                 r.record.setdefault("window_samples", []).append(c)
@@ -71,8 +71,8 @@ def take(cfg: Any, pool: Any, pyspy_bin: Optional[str], readers: List[Any], py_t
             if busy:
                 continue  # its earlier dump still runs: never two dumps of one process at once
             st = procfs.stat(r.pid, cfg.proc_root)
-            if st is None or st["state"] in ("Z", "X"):
-                continue
+            if st is None or st["state"] in ("Z", "X") or not r.same_process(st):
+                continue  # gone, or its pid names another process now
             key = "dumpM%d:%d" % (k, r.pid)
             futures[key] = pool.submit(pyspy.dump_with_retry, pyspy_bin, r.pid, dump_timeout,
                                        str(st["state"]), native=False, with_locals=False,
@@ -82,10 +82,22 @@ def take(cfg: Any, pool: Any, pyspy_bin: Optional[str], readers: List[Any], py_t
     return points
 
 
+def _own(r: Any, c: Optional[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """``c`` when it was read from the process ``r`` read at the start (pid and start time),
+    else None: a reused pid's counters are another process's."""
+    if c is None:
+        return None
+    start = c.pop("_starttime", None)
+    a = getattr(r, "a", None)
+    if a is not None and start is not None and start != a.get("starttime"):
+        return None
+    return c
+
+
 def edges(readers: List[Any], cfg: Any, t_start: float, at_end: bool) -> None:
     """The counters at the window's start or end, beside the points in between."""
     for r in readers:
-        c = counters(r.pid, cfg.proc_root)
+        c = _own(r, counters(r.pid, cfg.proc_root))
         if c is None:
             continue
         c["t"] = round(c["t"] - t_start, 3)

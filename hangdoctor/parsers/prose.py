@@ -23,6 +23,7 @@ foundation.
 
 from __future__ import annotations
 
+import functools
 import re
 
 # program output: a level word, a timestamp, a process/rank prefix, a frame, an exception line
@@ -48,6 +49,7 @@ _TABLE_ROW = re.compile(r"^\|.*\|$")
 MIN_WORDS = 6  # shorter lines are labels, table cells or values, not sentences
 
 
+@functools.lru_cache(maxsize=1 << 16)  # a paste repeats its lines (64 MB of one line: bounded)
 def is_prose(line: str) -> bool:
     """True when ``line`` reads as a sentence a person wrote, not as program output."""
     body = _MARKUP_LEAD.sub("", line, count=1).strip()

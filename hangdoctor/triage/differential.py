@@ -174,7 +174,11 @@ def observe(ev: Evidence) -> Observations:
     except Exception:  # noqa: BLE001 - an engine view that cannot read the log leaves the phase open
         phase, eline = None, ""
     generic: tuple[str | None, str] = (None, "")
+    prev = None
     for line in lines:
+        if line == prev:
+            continue  # a line repeated in a row says nothing new (a paste of one line 64 MB long)
+        prev = line
         for name, rx in _PHASE_LINES:
             if rx.search(line):
                 generic = (name, line.strip()[:200])  # the last one wins: where it stopped

@@ -105,6 +105,7 @@ def diagnose(hosts: tuple[str, ...], **kw: Any) -> None:
         # Nothing reached: each target's one line (what failed, what to do) is on stderr
         # already; a summary or a report of no evidence would only bury it. --json still
         # answers with the analysis, whose host results carry the same errors.
+        analysis["exit_code"] = EXIT_NO_COLLECT
         if kw.get("as_json"):
             sys.stdout.write(_render_json(analysis) + "\n")
         sys.exit(EXIT_NO_COLLECT)

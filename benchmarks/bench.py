@@ -139,7 +139,7 @@ def ssh_round_trip_s(pool: SshdPool, index: int = 0) -> float:
     with hangdoctor's client (each server packet acknowledged at once, ``ack_each_read``)."""
     import asyncssh
 
-    from hangdoctor.target.sshconnect import ack_each_read
+    from hangdoctor.reach.sshconnect import ack_each_read
 
     host = pool.hosts[index]
 

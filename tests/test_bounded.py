@@ -92,7 +92,7 @@ def test_r10_a_snapshot_nested_900_deep_is_exit_2(tmp_path: Path) -> None:
 def test_r16_dense_json_under_the_byte_cap_is_refused_by_its_value_count() -> None:
     """SSH: 100 MB of dense JSON under the 256 MiB cap was decoded whole (2.6 GB). Now the
     value count is checked in C before decoding."""
-    from hangdoctor.target import ssh
+    from hangdoctor.reach import ssh
 
     frame = b'{"schema_version": 1, "x": [' + b"1," * (50 << 20) + b"1]}\n"
     t0 = time.monotonic()
@@ -105,8 +105,8 @@ def test_r16_dense_json_under_the_byte_cap_is_refused_by_its_value_count() -> No
 
 def test_every_json_reader_refuses_the_same_dense_document(tmp_path: Path) -> None:
     """The class: the exec pipe, SSH and the snapshot reader share one bounded decoder."""
+    from hangdoctor.reach import exec_pipe, ssh
     from hangdoctor.snapshot.io import load_snapshot_text
-    from hangdoctor.target import exec_pipe, ssh
 
     dense = '{"schema_version": 1, "x": [' + "[]," * (6 << 20) + "[]]}"
     for read in (lambda: load_snapshot_text(dense, "s"),
@@ -178,7 +178,7 @@ def test_a_short_commands_output_is_capped() -> None:
     runtime or a server that logged one endless line filled memory until the timeout."""
     import asyncio
 
-    from hangdoctor.target import exec_pipe
+    from hangdoctor.reach import exec_pipe
 
     t0 = time.monotonic()
     rc, out, err = asyncio.run(exec_pipe.run_command(["sh", "-c", "yes " + "A" * 100], 60))

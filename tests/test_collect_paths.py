@@ -16,7 +16,7 @@ import threading
 import time
 
 from hangdoctor.collect.config import ProbeConfig
-from hangdoctor.target import multi
+from hangdoctor.reach import multi
 
 
 def _closed_port() -> int:
@@ -66,7 +66,7 @@ def test_all_started_is_set_with_no_host_to_collect_from():
 def test_asyncssh_library_lookups_use_the_ldconfig_cache_only(monkeypatch):
     import ctypes.util
 
-    from hangdoctor.target import asyncssh_import
+    from hangdoctor.reach import asyncssh_import
 
     def searched(name):
         raise AssertionError(f"gcc/ld search ran for {name}")
@@ -107,7 +107,7 @@ def test_asyncssh_x509_support_is_what_a_plain_import_gives_without_the_wasted_i
     )
     out = {}
     for how, imp in (("plain", "import asyncssh"),
-                     ("ours", "from hangdoctor.target.asyncssh_import import import_asyncssh; "
+                     ("ours", "from hangdoctor.reach.asyncssh_import import import_asyncssh; "
                               "import_asyncssh()")):
         proc = subprocess.run([sys.executable, "-c", probe.format(imp=imp)], capture_output=True,
                               text=True, timeout=60)

@@ -260,7 +260,7 @@ def test_slurm_plus_ssh_reaches_the_nodes_over_ssh(docker_engine, tmp_path) -> N
     """``slurm+ssh:JOBID``: the same node list, SSH targets (not connected here)."""
     env = fake_env(docker_engine.env, tmp_path)
     code = (
-        "from hangdoctor.target import launchers\n"
+        "from hangdoctor.reach import launchers\n"
         "ts = launchers.expand('slurm+ssh:4242')\n"
         "print([type(t).__name__ for t in ts], [t.name for t in ts])\n"
     )

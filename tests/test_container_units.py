@@ -19,13 +19,13 @@ import pytest
 from hangdoctor.collect import cgroups, container, container_runtime, ptrace_denial
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import TargetError, UsageError
-from hangdoctor.target import parse_target
-from hangdoctor.target.docker import DockerTarget, docker_error, inspect_facts, log_from_lines
-from hangdoctor.target.exec_pipe import ExecPipeTarget, parse_snapshot, shell_script
-from hangdoctor.target.k8s import K8sTarget, kubectl_error, parse_k8s_spec, pod_facts
-from hangdoctor.target.launchers import is_launcher_spec, split_selector
-from hangdoctor.target.runtime_facts import merge_runtime_facts
-from hangdoctor.target.via import ViaTarget
+from hangdoctor.reach import parse_target
+from hangdoctor.reach.docker import DockerTarget, docker_error, inspect_facts, log_from_lines
+from hangdoctor.reach.exec_pipe import ExecPipeTarget, parse_snapshot, shell_script
+from hangdoctor.reach.k8s import K8sTarget, kubectl_error, parse_k8s_spec, pod_facts
+from hangdoctor.reach.launchers import is_launcher_spec, split_selector
+from hangdoctor.reach.runtime_facts import merge_runtime_facts
+from hangdoctor.reach.via import ViaTarget
 
 RECORDED = Path(__file__).parent / "fixtures" / "containers"
 DOCKER_ID = "c792b9ff901090391310bae9dd85ac0e9cb95b66cff5096f65ea9046d98ca4cc"

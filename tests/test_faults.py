@@ -456,8 +456,8 @@ def _ssh_ready() -> str | None:
     here = Path(__file__).parent
     if not (here / "sshd_fixture.py").exists():
         return "tests/sshd_fixture.py is missing"
-    if importlib.util.find_spec("hangdoctor.target.ssh") is None:
-        return "hangdoctor/target/ssh.py is missing"
+    if importlib.util.find_spec("hangdoctor.reach.ssh") is None:
+        return "hangdoctor/reach/ssh.py is missing"
     return None
 
 

@@ -26,7 +26,7 @@ FOUNDATION = {"errors", "textsafe", "redact", "outfile", "bounded"}  # hangdocto
 LAYERS: dict[str, set[str]] = {
     "foundation": set(),
     "collect": {"foundation"},  # ships in the probe: stdlib, psutil, pynvml, itself, redact
-    "target": {"collect", "foundation"},
+    "reach": {"collect", "foundation"},
     "snapshot": {"foundation"},
     "parsers": {"snapshot", "foundation"},
     "engines": set(),
@@ -42,9 +42,9 @@ LAYERS: dict[str, set[str]] = {
 }
 # third-party imports and the only layers that may use them
 EXTERNAL = {
-    "psutil": {"collect", "target"},
+    "psutil": {"collect", "reach"},
     "pynvml": {"collect"},
-    "asyncssh": {"target"},
+    "asyncssh": {"reach"},
     "click": {"cli"},
     "jinja2": {"report"},
     "torch": {"scenarios"},

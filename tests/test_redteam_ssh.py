@@ -193,7 +193,7 @@ def test_f5_brace_lines_from_a_login_script_cost_no_memory(hostile_sshd: Hostile
 def test_f5_endless_remote_stdout_is_capped(hostile_sshd: HostileSshd) -> None:
     """A remote that never stops printing: before, 4.6 GB of RSS in 10 s and past the
     deadline; after, reading stops at the cap with one line, within the deadline."""
-    from hangdoctor.target.ssh import MAX_STDOUT_BYTES
+    from hangdoctor.reach.ssh import MAX_STDOUT_BYTES
 
     hostile_sshd.set_mode("endless")
     deadline_s = 6.0

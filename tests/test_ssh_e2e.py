@@ -15,8 +15,8 @@ import pytest
 
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import TargetError
-from hangdoctor.target.multi import collect_all
-from hangdoctor.target.ssh import TMPDIR_PREFIX, SshTarget
+from hangdoctor.reach.multi import collect_all
+from hangdoctor.reach.ssh import TMPDIR_PREFIX, SshTarget
 from tests import sshd_fixture
 from tests.sshd_fixture import HungProcess, SshdServer, free_port
 
@@ -313,7 +313,7 @@ def test_the_connection_acknowledges_each_server_packet_at_once(sshd: SshdServer
     TCP_QUICKACK, which sends the pending acknowledgement now; the data still arrives whole."""
     import socket
 
-    from hangdoctor.target import sshconnect
+    from hangdoctor.reach import sshconnect
 
     quickacks: list[int] = []
     reads: list[int] = []
@@ -359,7 +359,7 @@ def test_the_connection_acknowledges_each_server_packet_at_once(sshd: SshdServer
 
 def test_acknowledging_at_once_leaves_a_connection_without_a_tcp_socket_alone() -> None:
     """A tunnelled connection (ProxyJump) has no socket of its own: nothing is wrapped."""
-    from hangdoctor.target.sshconnect import ack_each_read
+    from hangdoctor.reach.sshconnect import ack_each_read
 
     class Tunnelled:
         def get_extra_info(self, name: str, default: object = None) -> object:
@@ -378,7 +378,7 @@ def test_aes_gcm_is_preferred_unless_the_user_chose_ciphers(sshd: SshdServer, tm
     """With no Ciphers configured, and AES instructions here, the connection agrees on
     AES-GCM (one hardware pass per packet; asyncssh's chacha20-poly1305 takes two: the py-spy
     upload ran 2.3x faster). A Ciphers line in the user's ssh_config is obeyed as written."""
-    from hangdoctor.target import sshconnect
+    from hangdoctor.reach import sshconnect
 
     async def cipher(target: SshTarget) -> tuple[str, object]:
         resolved = target._resolve()

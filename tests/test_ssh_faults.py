@@ -19,8 +19,8 @@ import pytest
 
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import TargetError
-from hangdoctor.target.multi import collect_all
-from hangdoctor.target.ssh import SshTarget
+from hangdoctor.reach.multi import collect_all
+from hangdoctor.reach.ssh import SshTarget
 from tests.sshd_fixture import free_port
 
 CONNECT_TIMEOUT_S = 1.5

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 
 from hangdoctor.errors import UsageError
-from hangdoctor.target.multi import (
+from hangdoctor.reach.multi import (
     hosts_file_pid_args,
     parse_host_spec,
     parse_pid_args,
     read_hosts_file,
 )
-from hangdoctor.target.pyspy_binary import elf_arch, find_local_pyspy, normalise_arch
-from hangdoctor.target.ssh import SshTarget, parse_snapshot
-from hangdoctor.target.sshconfig import HostSpec, parse_host, parse_ssh_options
+from hangdoctor.reach.pyspy_binary import elf_arch, find_local_pyspy, normalise_arch
+from hangdoctor.reach.ssh import SshTarget, parse_snapshot
+from hangdoctor.reach.sshconfig import HostSpec, parse_host, parse_ssh_options
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_remote_env_names_are_checked() -> None:
 def test_parse_host_spec_local_and_ssh() -> None:
     ssh = parse_host_spec("127.0.0.1", config_path=[])
     assert isinstance(ssh, SshTarget) and ssh.name == "127.0.0.1"
-    local_module = pytest.importorskip("hangdoctor.target.local")
+    local_module = pytest.importorskip("hangdoctor.reach.local")
     for name in ("localhost", "local", "LOCALHOST"):
         assert isinstance(parse_host_spec(name), local_module.LocalTarget)
 

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from hangdoctor.collect.config import ProbeConfig
-from hangdoctor.target.pyspy_binary import find_local_pyspy
-from hangdoctor.target.ssh import SshTarget
+from hangdoctor.reach.pyspy_binary import find_local_pyspy
+from hangdoctor.reach.ssh import SshTarget
 from tests import sshd_fixture
 
 sshd = sshd_fixture.sshd

@@ -87,7 +87,7 @@ def watch_main(
           --after 120 --out-dir /var/tmp/hangs --then 'systemctl restart vllm'
     """
     from hangdoctor import watch as watch_mod
-    from hangdoctor.target.multi import parse_pid_args
+    from hangdoctor.reach.multi import parse_pid_args
 
     ports = list(kw.get("port") or [])
     urls = [url] if isinstance(url, str) else list(url or [])

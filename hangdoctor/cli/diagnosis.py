@@ -24,7 +24,7 @@ def _plan(hosts: list[str], pids: list[str], hosts_file: str | None,
           opts: dict[str, Any]) -> tuple[list[Any], dict[str, list[int]]]:
     """The targets to collect from (hosts, containers, pods, --via pipes, a launcher's nodes),
     and the root pids asked for on each (empty: discover)."""
-    from hangdoctor.target import expand_targets, launchers, multi
+    from hangdoctor.reach import expand_targets, launchers, multi
 
     hosts = list(hosts)
     pids = list(pids)
@@ -58,7 +58,7 @@ def _plan(hosts: list[str], pids: list[str], hosts_file: str | None,
 
 
 def _is_local(name: str) -> bool:
-    from hangdoctor.target.multi import LOCAL_NAMES
+    from hangdoctor.reach.multi import LOCAL_NAMES
 
     return name in LOCAL_NAMES
 
@@ -193,7 +193,7 @@ def _collect(targets: list[Any], by_host: dict[str, list[int]], opts: dict[str, 
     import asyncio
 
     from hangdoctor.collect.config import ProbeConfig
-    from hangdoctor.target import multi
+    from hangdoctor.reach import multi
 
     def config_for(t: Any) -> ProbeConfig:
         return ProbeConfig(
@@ -343,7 +343,7 @@ def _run_diagnosis(hosts: tuple[str, ...], kw: dict[str, Any]) -> tuple[dict[str
             _err(f"hangdoctor: {msg}" + (f" ({r.remedy})" if r.remedy else ""))
     analysis = analyze(snapshots, checks, command=_command_line(), host_results=results)
     analysis = _per_tree(analysis, snapshots, checks, results)
-    from hangdoctor.target import collection_warnings
+    from hangdoctor.reach import collection_warnings
 
     for line in collection_warnings(snapshots):
         _err(line)

@@ -147,7 +147,7 @@ def _check_output(path: str) -> None:
 
 def _empty_analysis(hosts: tuple[str, ...], why: str, remedy: str) -> dict[str, Any]:
     """The analysis of nothing, for a run that got no snapshot in time."""
-    from hangdoctor.target.base import HostResult
+    from hangdoctor.reach.base import HostResult
 
     results = [HostResult(name=h, error=why, remedy=remedy) for h in hosts] or [
         HostResult(name="?", error=why, remedy=remedy)

@@ -4,7 +4,7 @@ the probe could not do in there (ptrace, the kernel log) restated for the host.
 
 Pure: snapshot dicts in, the same dicts changed.
 
-Layer: target; may import: the standard library and hangdoctor.collect.container (the ptrace
+Layer: reach; may import: the standard library and hangdoctor.collect.container (the ptrace
 fix per runtime).
 """
 

@@ -6,7 +6,7 @@ The command line is split as a POSIX shell would, and ``sh -c SCRIPT`` is append
 arguments. ``ssh`` joins its arguments into one command line for the remote shell, so after
 ``ssh`` the script is appended as one quoted word instead.
 
-Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+Layer: reach; may import: the standard library, asyncssh, psutil, hangdoctor.reach,
 hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
 """
 
@@ -17,7 +17,7 @@ import shlex
 from typing import Any, Optional
 
 from hangdoctor.errors import UsageError
-from hangdoctor.target.exec_pipe import ExecPipeTarget
+from hangdoctor.reach.exec_pipe import ExecPipeTarget
 
 # Commands that hand their arguments to a remote shell as one string.
 _REMOTE_SHELL_COMMANDS = ("ssh", "autossh", "gcloud", "mosh")

@@ -1,6 +1,6 @@
 """Where the evidence lives: the local host, SSH hosts, containers, pods, exec pipes.
 
-Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+Layer: reach; may import: the standard library, asyncssh, psutil, hangdoctor.reach,
 hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from hangdoctor.target.base import Target
+from hangdoctor.reach.base import Target
 
 
 def parse_target(spec: str, *, kube: Optional[dict[str, Any]] = None, **ssh_kwargs: Any) -> Target:
@@ -20,11 +20,11 @@ def parse_target(spec: str, *, kube: Optional[dict[str, Any]] = None, **ssh_kwar
     """
     kube = kube or {}
     if spec.startswith("docker:"):
-        from hangdoctor.target.docker import DockerTarget
+        from hangdoctor.reach.docker import DockerTarget
 
         return DockerTarget(spec, context=kube.get("docker_context"))
     if spec.startswith("k8s:"):
-        from hangdoctor.target.k8s import K8sTarget
+        from hangdoctor.reach.k8s import K8sTarget
 
         return K8sTarget(
             spec,
@@ -33,10 +33,10 @@ def parse_target(spec: str, *, kube: Optional[dict[str, Any]] = None, **ssh_kwar
             kubeconfig=kube.get("kubeconfig"),
         )
     if spec.startswith("via:"):
-        from hangdoctor.target.via import ViaTarget
+        from hangdoctor.reach.via import ViaTarget
 
         return ViaTarget(spec[len("via:") :], name=spec)
-    from hangdoctor.target.multi import parse_host_spec
+    from hangdoctor.reach.multi import parse_host_spec
 
     return parse_host_spec(spec, **ssh_kwargs)
 
@@ -51,7 +51,7 @@ def expand_targets(
     """The targets of a diagnose command line: HOST arguments, each ``--via``, and a
     launcher ``--hosts slurm:JOBID`` / ``k8s:SELECTOR``. Returns (targets, whether
     ``hosts_spec`` was a launcher spec and so not a hosts file)."""
-    from hangdoctor.target import launchers
+    from hangdoctor.reach import launchers
 
     ssh_kwargs = ssh_kwargs or {}
     targets = [parse_target(h, kube=kube, **ssh_kwargs) for h in hosts]

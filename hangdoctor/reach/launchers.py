@@ -10,7 +10,7 @@ The cluster's own tools expand the list and reach each member; hangdoctor schedu
   one is a ``k8s:NS/POD`` target. A leading ``NAMESPACE/`` (a DNS label followed by ``/``)
   limits it to one namespace; without it, kubectl's current namespace.
 
-Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+Layer: reach; may import: the standard library, asyncssh, psutil, hangdoctor.reach,
 hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
 """
 
@@ -22,10 +22,10 @@ import re
 from typing import Any, Optional
 
 from hangdoctor.errors import TargetError, UsageError
-from hangdoctor.target.base import Target
-from hangdoctor.target.exec_pipe import first_line, run_command
-from hangdoctor.target.k8s import K8sTarget, kubectl_base, kubectl_error
-from hangdoctor.target.via import ViaTarget
+from hangdoctor.reach.base import Target
+from hangdoctor.reach.exec_pipe import first_line, run_command
+from hangdoctor.reach.k8s import K8sTarget, kubectl_base, kubectl_error
+from hangdoctor.reach.via import ViaTarget
 
 PREFIXES = ("slurm:", "slurm+ssh:", "k8s:")
 _JOBID_RE = re.compile(r"^\d+(?:_\d+)?(?:\+\d+)?$")
@@ -51,7 +51,7 @@ async def expand_async(
     if kind in ("slurm", "slurm+ssh"):
         nodes = await slurm_nodes(rest)
         if kind == "slurm+ssh":
-            from hangdoctor.target.ssh import SshTarget
+            from hangdoctor.reach.ssh import SshTarget
 
             return [SshTarget(node, **(ssh_kwargs or {})) for node in nodes]
         return [slurm_target(rest, node) for node in nodes]

@@ -6,7 +6,7 @@ id, image, restarts and why the last one ended (``OOMKilled``), resource limits,
 securityContext's capabilities, whether /dev/shm is a memory emptyDir and its sizeLimit, the
 GPUs requested. After the window ``kubectl logs`` gives what the server printed.
 
-Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+Layer: reach; may import: the standard library, asyncssh, psutil, hangdoctor.reach,
 hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
 """
 
@@ -17,8 +17,8 @@ import re
 from typing import Any, Optional
 
 from hangdoctor.errors import TargetError, UsageError
-from hangdoctor.target.docker import log_from_lines
-from hangdoctor.target.exec_pipe import ExecPipeTarget, run_command
+from hangdoctor.reach.docker import log_from_lines
+from hangdoctor.reach.exec_pipe import ExecPipeTarget, run_command
 
 # RFC 1123 label (namespace, container) and subdomain (pod) names.
 _LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

@@ -19,9 +19,9 @@ daemon, an unscheduled pod), the whole run ends by the probe's deadline plus ``m
 command is killed then (its process group: we started it), and whatever it said is the error.
 Afterwards the runtime's own view of the container is merged in (:mod:`.runtime_facts`).
 
-Layer: target; may import: the standard library, hangdoctor.errors, hangdoctor.redact,
+Layer: reach; may import: the standard library, hangdoctor.errors, hangdoctor.redact,
 hangdoctor.collect.config, hangdoctor.collect.probe_pack (the probe it sends) and
-hangdoctor.target.
+hangdoctor.reach.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ from typing import Any, Optional, Sequence
 from hangdoctor import bounded, redact
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import TargetError
-from hangdoctor.target.pyspy_binary import elf_arch, find_local_pyspy, normalise_arch
-from hangdoctor.target.runtime_facts import host_kernel_log, merge_runtime_facts
+from hangdoctor.reach.pyspy_binary import elf_arch, find_local_pyspy, normalise_arch
+from hangdoctor.reach.runtime_facts import host_kernel_log, merge_runtime_facts
 
 DEFAULT_START_TIMEOUT_S = 15.0
 MAX_STDOUT_BYTES = bounded.MAX_JSON_BYTES  # the snapshot is one JSON line on stdout

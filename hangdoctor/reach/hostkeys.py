@@ -4,8 +4,8 @@ commands that check and accept it), and StrictHostKeyChecking=accept-new's appen
 A host key is never accepted silently: an unknown or changed key is one TargetError line that
 names both fingerprints and how to verify the host's own key by hand.
 
-Layer: target; may import: the standard library, asyncssh (through
-hangdoctor.target.asyncssh_import), hangdoctor.errors and hangdoctor.target.sshconfig.
+Layer: reach; may import: the standard library, asyncssh (through
+hangdoctor.reach.asyncssh_import), hangdoctor.errors and hangdoctor.reach.sshconfig.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Optional
 
 from hangdoctor.errors import TargetError
-from hangdoctor.target.asyncssh_import import import_asyncssh
-from hangdoctor.target.sshconfig import Resolved, known_hosts_pattern
+from hangdoctor.reach.asyncssh_import import import_asyncssh
+from hangdoctor.reach.sshconfig import Resolved, known_hosts_pattern
 
 asyncssh = import_asyncssh()
 

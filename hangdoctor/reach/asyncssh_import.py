@@ -13,7 +13,7 @@
   before it fails and asyncssh goes on without X.509. When pyOpenSSL is missing that module is
   not tried at all: the same outcome, sooner. With pyOpenSSL installed nothing changes.
 
-Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+Layer: reach; may import: the standard library, asyncssh, psutil, hangdoctor.reach,
 hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
 """
 

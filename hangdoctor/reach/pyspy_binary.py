@@ -4,7 +4,7 @@ targets send to a host or container that has no py-spy of its own.
 A pyenv shim is a shell script and useless remotely, so only ELF files count; the ELF header's
 machine field, in ``uname -m`` spelling, is compared with the target's.
 
-Layer: target; may import: the standard library and hangdoctor.collect.pyspy (where py-spy is
+Layer: reach; may import: the standard library and hangdoctor.collect.pyspy (where py-spy is
 looked for).
 """
 

@@ -1,6 +1,6 @@
 """Several hosts at once: parse what the user typed, collect concurrently under one deadline.
 
-Layer: target; may import: the standard library, asyncssh, psutil, hangdoctor.target,
+Layer: reach; may import: the standard library, asyncssh, psutil, hangdoctor.reach,
 hangdoctor.collect and the foundation (errors, redact, textsafe, outfile).
 """
 
@@ -16,7 +16,7 @@ from typing import Any, Optional
 
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import HangdoctorError, UsageError
-from hangdoctor.target.base import HostResult, Target
+from hangdoctor.reach.base import HostResult, Target
 
 LOCAL_NAMES = ("localhost", "local")
 
@@ -29,10 +29,10 @@ def parse_host_spec(spec: str, **ssh_kwargs: Any) -> Target:
     """
     name = spec.strip()
     if name.lower() in LOCAL_NAMES:
-        from hangdoctor.target.local import LocalTarget  # lazy: psutil stays off this path
+        from hangdoctor.reach.local import LocalTarget  # lazy: psutil stays off this path
 
         return LocalTarget(name)
-    from hangdoctor.target.ssh import SshTarget  # lazy: asyncssh is slow to import
+    from hangdoctor.reach.ssh import SshTarget  # lazy: asyncssh is slow to import
 
     return SshTarget(name, **ssh_kwargs)
 

@@ -1,6 +1,6 @@
 """The SSH target: run the probe on a remote host over one asyncssh connection.
 
-One connection (:mod:`hangdoctor.target.sshconnect`), and at most three short commands on it: a
+One connection (:mod:`hangdoctor.reach.sshconnect`), and at most three short commands on it: a
 check (which python, which py-spy, ``uname -m``, ``id -u``, and a private temp dir when py-spy
 must be uploaded), the upload of this machine's py-spy when the remote has none, and the probe
 itself (``python3 -`` with the bundle on stdin, one JSON snapshot on stdout). When the remote
@@ -8,9 +8,9 @@ has python and py-spy, the check runs the probe at once: one round trip. The who
 ends by the connect timeout plus the probe's deadline plus ``margin_s``; every way of failing is
 one TargetError line.
 
-Layer: target; may import: the standard library, asyncssh (through
-hangdoctor.target.asyncssh_import), hangdoctor.errors, hangdoctor.collect.config,
-hangdoctor.collect.probe_pack (the probe it sends) and hangdoctor.target.
+Layer: reach; may import: the standard library, asyncssh (through
+hangdoctor.reach.asyncssh_import), hangdoctor.errors, hangdoctor.collect.config,
+hangdoctor.collect.probe_pack (the probe it sends) and hangdoctor.reach.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ from typing import Any, Optional, Sequence, Union
 from hangdoctor import bounded
 from hangdoctor.collect.config import ProbeConfig
 from hangdoctor.errors import TargetError, UsageError
-from hangdoctor.target.asyncssh_import import import_asyncssh
-from hangdoctor.target.pyspy_binary import elf_arch, find_local_pyspy, normalise_arch
-from hangdoctor.target.sshconnect import SshEndpoint
+from hangdoctor.reach.asyncssh_import import import_asyncssh
+from hangdoctor.reach.pyspy_binary import elf_arch, find_local_pyspy, normalise_arch
+from hangdoctor.reach.sshconnect import SshEndpoint
 
 asyncssh = import_asyncssh()
 
@@ -176,7 +176,7 @@ class SshTarget(SshEndpoint):
     UserKnownHostsFile, ConnectTimeout, ProxyJump). ``config_path``: OpenSSH client config
     file(s) to read instead of ~/.ssh/config (``[]``: none). ``known_hosts``: known_hosts file
     to check host keys against (these and ``connect_timeout_s`` make the connection:
-    :class:`~hangdoctor.target.sshconnect.SshEndpoint`). ``remote_python``: the interpreter to
+    :class:`~hangdoctor.reach.sshconnect.SshEndpoint`). ``remote_python``: the interpreter to
     run the probe with (default: ``python3``, else ``python``, on the remote PATH).
     ``remote_env``: variables set in the remote command line (OpenSSH drops env requests unless
     the server accepts them).

@@ -1,9 +1,9 @@
 """Parse what the user types for an SSH host: ``[user@]host[:port]`` and ``-o Key=Value``; and
 where the connection goes once ~/.ssh/config and those options are applied (:class:`Resolved`).
 
-Pure functions; the connection itself lives in :mod:`hangdoctor.target.sshconnect`.
+Pure functions; the connection itself lives in :mod:`hangdoctor.reach.sshconnect`.
 
-Layer: target; may import: the standard library and hangdoctor.errors.
+Layer: reach; may import: the standard library and hangdoctor.errors.
 """
 
 from __future__ import annotations

@@ -1,13 +1,13 @@
 """The SSH connection: one asyncssh connection to a host, as ~/.ssh/config and the ``-o``
 options make it (Port, User, HostName, IdentityFile, UserKnownHostsFile, ProxyJump as an
 asyncssh tunnel), within the connect timeout; every way of failing to reach the host is one
-TargetError line with a remedy. Host keys are checked through :mod:`hangdoctor.target.hostkeys`.
+TargetError line with a remedy. Host keys are checked through :mod:`hangdoctor.reach.hostkeys`.
 
 Two things keep the first round trips short: AES-GCM first where this CPU has AES
 instructions, and every server packet acknowledged at once (TCP_QUICKACK).
 
-Layer: target; may import: the standard library, asyncssh (through
-hangdoctor.target.asyncssh_import), hangdoctor.errors and hangdoctor.target.sshconfig /
+Layer: reach; may import: the standard library, asyncssh (through
+hangdoctor.reach.asyncssh_import), hangdoctor.errors and hangdoctor.reach.sshconfig /
 hostkeys.
 """
 
@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
 from hangdoctor.errors import TargetError
-from hangdoctor.target.asyncssh_import import import_asyncssh
-from hangdoctor.target.hostkeys import (
+from hangdoctor.reach.asyncssh_import import import_asyncssh
+from hangdoctor.reach.hostkeys import (
     fingerprint,
     host_key_error,
     known_keys,
     remember_host_key,
 )
-from hangdoctor.target.sshconfig import (
+from hangdoctor.reach.sshconfig import (
     HOST_KEY_POLICIES,
     Resolved,
     parse_host,

@@ -6,7 +6,7 @@ of its init, --shm-size, --ipc, capabilities, memory limit, GPUs requested, OOMK
 after the window ``docker logs`` gives what the server printed (the runtime keeps its stdout).
 The docker CLI honours DOCKER_HOST and DOCKER_CONTEXT as usual; ``--context`` picks one.
 
-Layer: target; may import: the standard library, hangdoctor.errors, hangdoctor.target and hangdoctor.collect (the container facts).
+Layer: reach; may import: the standard library, hangdoctor.errors, hangdoctor.reach and hangdoctor.collect (the container facts).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import time
 from typing import Any, Optional
 
 from hangdoctor.errors import TargetError, UsageError
-from hangdoctor.target.exec_pipe import ExecPipeTarget, first_line, run_command
+from hangdoctor.reach.exec_pipe import ExecPipeTarget, first_line, run_command
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
 LOG_TAIL_LINES = 400

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import schema_check
+
 SAMPLES = Path(__file__).parent / "samples"
 
 
@@ -12,7 +14,9 @@ def _analyze(hangdoctor_cli, *files: str, stdin: str | None = None) -> tuple[dic
     args = [str(SAMPLES / f) if f != "-" else "-" for f in files]
     proc = hangdoctor_cli("analyze", *args, "--json", "-q", input_text=stdin)
     assert proc.stdout.strip(), proc.stderr
-    return json.loads(proc.stdout), proc
+    doc = json.loads(proc.stdout)
+    schema_check.record("diagnose", doc)  # analyze writes the same analysis document
+    return doc, proc
 
 
 def test_multiprocess_dump_three_in_broadcast_one_in_all_reduce(hangdoctor_cli) -> None:

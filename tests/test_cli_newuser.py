@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import schema_check
 from conftest import REPO_ROOT, run_hangdoctor
 
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -129,7 +130,9 @@ def programs(tmp_path: Path) -> Iterator[Programs]:
 def diagnose_json(*args: str) -> tuple[dict[str, Any], subprocess.CompletedProcess[str]]:
     proc = run_hangdoctor("diagnose", "localhost", *args, "--json", "-q")
     assert proc.stdout.strip(), proc.stderr
-    return json.loads(proc.stdout), proc
+    doc = json.loads(proc.stdout)
+    schema_check.record("diagnose", doc)  # every --json the suite produces meets the schema
+    return doc, proc
 
 
 def cause_ids(a: dict[str, Any]) -> list[str]:

@@ -23,6 +23,7 @@ from typing import Any, Callable, Iterator
 
 import live_targets as lt
 import pytest
+import schema_check
 from conftest import (
     CLI_TIMEOUT_S,
     SCENARIO_READY_TIMEOUT_S,
@@ -86,6 +87,7 @@ def _diagnose(pid: int, tmp: Path, *, env: dict[str, str] | None = None, log: st
     assert proc.stdout.strip(), proc.stderr
     a = json.loads(proc.stdout)
     assert "Traceback" not in proc.stderr, proc.stderr
+    schema_check.record("diagnose", a)
     a["_stderr"] = proc.stderr
     return a
 

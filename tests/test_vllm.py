@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import pytest
+import schema_check
 import vllm_harness
 from vllm_harness import Load, Pending, VllmServer
 
@@ -64,6 +65,7 @@ def diagnose(server: VllmServer, tmp: Path, name: str, *extra: str) -> dict[str,
     wall_s = time.monotonic() - t0
     assert proc.stdout.strip(), f"no JSON on stdout; stderr: {proc.stderr[-2000:]}"
     analysis = json.loads(proc.stdout)
+    schema_check.record("diagnose", analysis)
     analysis["_rc"], analysis["_wall_s"] = proc.returncode, round(wall_s, 2)
     analysis["_snapshot"] = json.loads(snap_path.read_text())
     analysis["_report"] = report

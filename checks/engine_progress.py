@@ -125,6 +125,15 @@ def assess(ev: Evidence) -> dict[str, Any] | None:
     ]
     if in_step_moving:
         progress.append(f"{len(in_step_moving)} worker(s) moved through the step")
+    else:
+        # a stack that differs between the window's samples, busy in at least one, is moving
+        # (under saturating load GET /metrics may answer late and a non-streaming client gets
+        # no byte until its answer is whole: the engine's own stacks still show it stepping)
+        moving = [p for p in view.engine_cores + view.workers
+                  if p.stack_ok and p.moved is True and not p.stopped
+                  and any(ph in _BUSY_PHASES for ph, _ in p.phases)]
+        if moving:
+            progress.append(f"{len(moving)} engine process(es) moved between the window's samples")
     if stuck and not in_step_moving:
         # first: the findings lead with the process the step waits on
         in_flight.insert(0, "; ".join(_describe(w) for w in stuck[:3]))

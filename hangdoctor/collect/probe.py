@@ -224,25 +224,31 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     log_paths = [cfg.log_path] if cfg.log_path else []
     for r in readers:
         for cand in r.record.pop("_log_candidates", []):
-            if not log_given and cand["name"] not in [c["name"] for c in log_paths]:
+            # every process of the tree that holds the file: one may exit during the window
+            if not log_given and cand["open"] not in [c["open"] for c in log_paths]:
                 log_paths.append(cand)
+    if log_paths and not log_given and roots:
+        # last, the names themselves, read with the server's own rights (target_fs): what is
+        # left when every holder has exited (a server that shut down after its engine died)
+        for name in dict.fromkeys(c["name"] for c in log_paths):
+            log_paths.append(sources.log_entry(name))
     log_format = None
     if not log_paths:  # a container's stdout is a pipe: its runtime keeps the log
         runtime_path, log_format = containers.runtime_log(roots)
         if runtime_path:
             log_paths = [runtime_path]
     # --log names a path the server's user may own: read with that user's rights (target_fs)
-    log_ids = target_fs.ids_of(roots[0], proc) if log_given and roots else None
+    log_ids = target_fs.ids_of(roots[0], proc) if roots else None
     log_a: Optional[sources.LogRead] = None
     log_end: Optional[sources.LogRead] = None
     if not log_paths:
         man.add("log", "not-given", 0.0, "no server log given and none found on the server's stdout",
                 "pass --log FILE")
     elif window_s > 0:
-        log_a = sources.LogRead(log_paths[:8], log_given, tail=False, as_ids=log_ids)
+        log_a = sources.LogRead(log_paths[:16], log_given, tail=False, as_ids=log_ids)
     else:
         # --window 0: one reading, started now so that its child overlaps the dumps
-        log_end = sources.LogRead(log_paths[:8], log_given, tail=True, as_ids=log_ids)
+        log_end = sources.LogRead(log_paths[:16], log_given, tail=True, as_ids=log_ids)
 
     # background sources, all overlapping the window
     py_targets = [r for r in readers if r.record.get("is_python") and r.record.get("alive")]
@@ -331,7 +337,7 @@ def collect(cfg: ProbeConfig) -> Dict[str, Any]:
     window_samples.edges(readers, cfg, t_start, at_end=True)
     mem_b, vm_b = procfs.meminfo(proc), procfs.vmstat(proc)
     if log_paths:
-        probe_log.read_log(snap, log_a, log_paths[:8], log_given, man, hard_deadline, log_end,
+        probe_log.read_log(snap, log_a, log_paths[:16], log_given, man, hard_deadline, log_end,
                            log_ids, ["%s/%d/fd/" % (proc, r.pid) for r in readers
                                      if r.record.get("pid_reused")])
     if log_format and "log" in snap:

@@ -59,8 +59,12 @@ def read_log(snap: Dict[str, Any], log_a: Optional[sources.LogRead], paths: List
         return
     if log_end is None:
         # the end reads what the start read, the same way (a descriptor stays a descriptor)
-        again = [start["open"]] if start is not None and start.get("open") else paths
-        log_end = sources.LogRead(again, given or bool(path), tail=True, as_ids=as_ids)
+        # (then the other holders of the same file, then its name read as the server's user)
+        again = paths
+        if start is not None and start.get("open"):
+            again = [start["open"]] + [p for p in paths if sources.log_entry(p) != start["open"]
+                                       and sources.log_entry(p)["name"] == path]
+        log_end = sources.LogRead(again, given, tail=True, as_ids=as_ids)
     end = log_end.result(budget())
     if timed_out(end, path or where):
         return

@@ -38,7 +38,7 @@ COLLECTIVE_OPS = frozenset(
         "send_object_list", "recv_object_list",
     }
 )
-_C10D_FILES = ("distributed_c10d.py", "torch/distributed/_functional_collectives.py",
+_C10D_FILES = ("distributed_c10d.py", "torch/distributed/", "torch/distributed/_functional_collectives.py",
                "device_communicators/", "parallel_state.py", "communication_op.py")
 _RENDEZVOUS_NAMES = re.compile(
     r"^(init_process_group|_new_process_group_helper|_create_c10d_store|_store_based_barrier|"
@@ -48,6 +48,16 @@ _RENDEZVOUS_NAMES = re.compile(
 )
 _NCCL_INIT_NATIVE = re.compile(r"ncclCommInit|ncclCommSplit|bootstrap(Init|AllGather|Recv|Send)|ncclTransportP2pSetup|ncclProxyConnect")
 _SYNC_NATIVE = re.compile(r"cuCtxSynchronize|cudaDeviceSynchronize|cudaStreamSynchronize|cuStreamSynchronize|cudaEventSynchronize|cuEventSynchronize")
+# a native thread blocked taking a mutex: the lock primitives of the C and C++ runtimes. Sources:
+# glibc nptl (pthread_mutex_lock.c: a contended lock waits in __lll_lock_wait, lowlevellock.c;
+# pthread_rwlock_{rd,wr}lock.c), abseil (absl/synchronization/mutex.cc: Mutex::Lock ->
+# LockSlow -> LockSlowLoop -> Block -> PerThreadSem::Wait), libstdc++ / libc++ (<mutex>:
+# std::mutex::lock is pthread_mutex_lock). CPython's PyThread_acquire_lock is left out on
+# purpose: threading.Condition.wait parks there too, and the Python frame above says which.
+_LOCK_NATIVE = re.compile(
+    r"__lll_lock_wait|(?:^|[\s_])_*pthread_mutex_(?:timed|clock)?lock\b|pthread_rwlock_(?:timed|clock)?(?:rd|wr)lock|"
+    r"absl::(?:\w+::)*Mutex::(?:Lock|LockSlow\w*|ReaderLock|WriterLock|Block)\b|"
+    r"std::(?:__1::)?(?:recursive_|shared_|timed_)?mutex::lock\b")
 _IPC = [
     (re.compile(r"^(_recv|_recv_bytes|recv|recv_bytes|_poll|poll|wait)$"), "multiprocessing/connection.py"),
     (re.compile(r"^(get|_get|put)$"), "queue"),
@@ -208,6 +218,8 @@ def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
         if f.native:
             if _SYNC_NATIVE.search(f.name):
                 return "cuda-sync", f.short
+            if _LOCK_NATIVE.search(f.name):
+                return "lock", f.short
             continue
         if f.bare in COLLECTIVE_OPS and _in(f.file, _C10D_FILES):
             return "collective:" + f.bare, f.short
@@ -304,7 +316,8 @@ def build_proc_stack(pid: int, entry: dict[str, Any]) -> ProcStack:
                     name=str(f.get("name") or "?"),
                     file=file,
                     line=line if isinstance(line, int) else None,
-                    native=bool(f.get("native")) or (bool(file) and not file.endswith(".py") and ".py" not in file),
+                    native=bool(f.get("native")) or (bool(file) and not file.endswith(".py") and ".py" not in file
+                                                     and not f.get("cut")),
                 ))
             ts = ThreadStack(
                 tid=t.get("os_thread_id") or t.get("thread_id"),

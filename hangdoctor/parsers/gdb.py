@@ -21,7 +21,7 @@ from typing import Iterable
 from hangdoctor.parsers.frames import PastedDump, make_frame, make_thread
 from hangdoctor.parsers.text import clip_lines
 
-FRAME = re.compile(r"^\s*#(?P<n>\d+)\s+(?:0x[0-9a-fA-F]+ in )?(?P<rest>\S.*?)\s*$")
+FRAME = re.compile(r"^\s*#(?P<n>\d+)\s+(?:0x[0-9a-fA-F]+(?: in)? )?(?P<rest>\S.*?)\s*$")
 THREAD = re.compile(r"^Thread (?P<n>\d+) \(Thread (?P<addr>0x[0-9a-fA-F]+)(?: \(LWP (?P<lwp>\d+)\))?"
                     r"(?: \"(?P<name>[^\"]*)\")?\)\s*:?\s*$")
 # a complete frame line ends in its library, its source line or its argument list

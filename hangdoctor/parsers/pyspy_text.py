@@ -50,6 +50,9 @@ BARE_FRAME = re.compile(
 HEADERLESS_FRAME = re.compile(
     r"^(?P<indent>\s*)(?P<name>[\w.<>\[\]-]+)\s+\((?P<where>[^()\s]*\.(?:py|pyx)(?::\d+)?)\)\s*(?:#.*)?$"
 )
+# a frame line the paste cut off inside its file name ("broadcast (torch/distributed/distribu"):
+# kept, with the part of the path it still has, when it stands where a frame would
+CUT_FRAME = re.compile(r"^(?P<indent>[ \t]+)(?P<name>[\w.<>\[\]-]+) \((?P<where>[\w./-]{3,})$")
 LOCALS_HEAD = re.compile(r"^[ \t]+(?P<which>Arguments|Locals):\s*$")
 LOCAL_VAR = re.compile(r"^[ \t]+(?P<name>[^:\s][^:]*?): (?P<repr>.*)$")
 _WHERE = re.compile(r"^(?P<file>.*?):(?P<line>\d+)$")
@@ -80,6 +83,12 @@ def _frame(m: re.Match) -> dict:
         return make_frame(
             m.group("name"), wm.group("file"), int(wm.group("line")), short=wm.group("file")
         )
+    if where.endswith((".py", ".pyx")) or (m.re is CUT_FRAME and "/" in where and ".so" not in where):
+        # a Python frame the poster pasted without its line number, or cut inside its path
+        frame = make_frame(m.group("name"), where, None, short=where)
+        if not where.endswith((".py", ".pyx")):
+            frame["cut"] = True
+        return frame
     # --native frame: "cuCtxSynchronize (libcuda.so.1)" / "0x7f... (libc.so.6)"
     return make_frame(m.group("name"), where, None, native=True, short=where)
 
@@ -207,6 +216,8 @@ def _feed(st: _State, line: str) -> None:
     m = FRAME.match(line) or (BARE_FRAME.match(line) if indent == 0 else None)
     if m is None and st.thread.get("order") == "as-pasted":
         m = HEADERLESS_FRAME.match(line)
+    if m is None and indent > 0 and (st.frame_indent is None or indent == st.frame_indent):
+        m = CUT_FRAME.match(line)
     if m and (st.frame_indent is None or indent <= st.frame_indent + 1):
         if st.frame_indent is None:
             st.frame_indent = indent

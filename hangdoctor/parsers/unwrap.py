@@ -124,6 +124,37 @@ def _newest_first(lines: list[str]) -> bool:
     return down >= 3 and down >= 4 * max(up, 1)
 
 
+# a record a program printed over several lines, one field a line (torch's WorkNCCL when
+# ProcessGroupNCCL's watchdog reports it: "WorkNCCL(\n  SeqNum=6,\n  OpType=ALLREDUCE,\n ...)")
+_RECORD_OPEN = re.compile(r"^(?P<head>.*\b[A-Z]\w*)\(\s*$")
+_RECORD_FIELD = re.compile(r"^\s+\w+(?:\(\w+\))?\s*[=:]\s*[^=()]*?,?\s*$")
+_RECORD_CLOSE = re.compile(r"^\s*\)(?P<tail>.*)$")
+
+
+def _fold_records(lines: list[str]) -> tuple[list[str], int]:
+    """A multi-line printed record folded back onto one line, as the program prints it elsewhere."""
+    out: list[str] = []
+    folded = 0
+    i = 0
+    n = len(lines)
+    while i < n:
+        m = _RECORD_OPEN.match(lines[i])
+        if m:
+            j = i + 1
+            while j < n and j - i <= 32 and _RECORD_FIELD.match(lines[j]):
+                j += 1
+            c = _RECORD_CLOSE.match(lines[j]) if j < n else None
+            if c and j - i >= 3:
+                fields = [lines[k].strip().rstrip(",").strip() for k in range(i + 1, j)]
+                out.append(f"{m.group('head')}({', '.join(fields)}){c.group('tail')}")
+                folded += 1
+                i = j + 1
+                continue
+        out.append(lines[i])
+        i += 1
+    return out, folded
+
+
 def unwrap(text: str) -> tuple[str, list[str]]:
     """(the text without its wrapping, what was taken off)."""
     said: list[str] = []
@@ -145,6 +176,9 @@ def unwrap(text: str) -> tuple[str, list[str]]:
             taken = True
         if taken:
             said.append(name)
+    lines, folded = _fold_records(lines)
+    if folded:
+        said.append(f"{folded} record(s) printed one field a line (folded onto one line)")
     if newest_first or _newest_first(lines):
         # read it oldest first, as every log is: its last line is where it stopped
         lines = lines[::-1]

@@ -493,12 +493,15 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
     obs = differential.observe(ev)
     prior = differential.prior_signals(obs)
     risks = differential.set_risks_apart(causes, prior)
+    steps = lambda cid: [_fill(x, ev, []) for x in _backend_steps(ev, CAUSES[cid].next_steps if cid in CAUSES else ())]  # noqa: E731
     if not causes:
-        causes.extend(differential.prior_causes(
-            prior, scored, MIN_SCORE,
-            lambda cid: [_fill(x, ev, []) for x in _backend_steps(ev, CAUSES[cid].next_steps if cid in CAUSES else ())]))
+        causes.extend(differential.prior_causes(prior, scored, MIN_SCORE, steps))
+    else:
+        # weak mechanisms and where the evidence stands, together: the position raises a cause a
+        # mechanism named and adds the ones it points to, below them
+        differential.join_priors(causes, prior, scored, MIN_SCORE, steps)
     # a cause that only downstream symptoms speak for ranks below every mechanism
-    causes.sort(key=lambda c: (c["symptom_only"], -c["score"], c["id"]))
+    causes.sort(key=lambda c: (c["symptom_only"] or bool(c.get("prior")), -c["score"], c["id"]))
     differential.order_by_explanation(causes, MIN_SCORE)
     rank_confidence(causes, ev)
     for c in causes:

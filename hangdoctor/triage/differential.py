@@ -63,9 +63,15 @@ _ERRORS: list[tuple[str, re.Pattern[str]]] = [
     ("oom", re.compile(r"[Oo]ut of memory|OutOfMemoryError|\bOOM\b|oom-kill|Killed process \d+")),
     ("cuda-error", re.compile(r"CUDA error|cudaError\w+|CUBLAS_STATUS|CUDNN_STATUS|illegal memory access|"
                               r"device-side assert|NVRM: Xid|unspecified launch failure")),
-    ("killed", re.compile(r"\bKilled\b|SIGKILL|SIGSEGV|SIGBUS|SIGABRT|[Ss]egmentation fault|core dumped|"
+    # the process died: a signal, an exit code, Go's runtime panic ("panic: ..." then "goroutine N
+    # [running]:"), libstdc++'s terminate handler (then abort(): "terminate called after throwing")
+    ("killed", re.compile(r"^panic: |^goroutine \d+ \[running\]:|terminate called after throwing|\bKilled\b|SIGKILL|SIGSEGV|SIGBUS|SIGABRT|[Ss]egmentation fault|core dumped|"
                           r"signal \d+|exit(?:ed)? (?:with )?code -?\d+|exitcode\s*:\s*-?\d+|"
                           r"died|exited unexpectedly|is dead|terminated")),
+    # one thread died of its own error and the process lives on (Rust std, panicking.rs:
+    # "thread '{name}' panicked at {location}"; a panic unwinds only its thread, what waits on
+    # that thread's answer waits for ever)
+    ("panic", re.compile(r"^thread '[^']*' panicked at ")),
     ("timeout", re.compile(r"\btimed out\b|\b[Tt]imeout(?:Error|Exception)?\b(?![=<>~-])|[Dd]eadline exceeded|"
                            r"Watchdog caught")),
     ("connection", re.compile(r"Connection (?:refused|reset|closed)|ConnectionResetError|Broken pipe|"
@@ -133,6 +139,10 @@ _TEARDOWN_NATIVE = re.compile(r"ncclCommAbort|ncclCommDestroy|ncclCommFinalize|P
                               r"ProcessGroupNCCL::~ProcessGroupNCCL")
 
 
+_COMPILER = re.compile(r"(?:^|[/\s\"'])(?:nvcc|cicc|ptxas|cc1plus|cc1|ninja|nvlink|fatbinary|hipcc|clang\+\+|"
+                       r"g\+\+|gcc|c\+\+)(?:[\"'\s]|$)")
+
+
 def _wait_of(thread: Any) -> str:
     if any(not f.native and f.bare in _IMPORT_FRAMES for f in thread.frames):
         return "import"
@@ -196,6 +206,15 @@ def observe(ev: Evidence) -> Observations:
             pos = obs.positions.setdefault(w, Position(w, t.detail or (t.top.short if t.top else "")))
             if pid not in pos.pids:
                 pos.pids.append(pid)
+    for p in ev.processes:
+        # a compiler in the process list is a build still running: torch's cpp_extension and
+        # FlashInfer's JIT run ninja -> nvcc -> cicc / ptxas, Triton runs ptxas, setuptools gcc
+        # (torch/utils/cpp_extension.py _run_ninja_build, flashinfer/jit/cpp_ext.py run_ninja)
+        cmd = " ".join(str(x) for x in (p.raw.get("cmdline") or [])[:6]) or str(p.raw.get("name") or "")
+        if _COMPILER.search(cmd):
+            pos = obs.positions.setdefault("compile", Position("compile", cmd[:120]))
+            if p.pid not in pos.pids:
+                pos.pids.append(p.pid)
     lines = _evidence_lines(ev)
     try:
         phase, eline = ev.engine.log_phase() if ev.engine.model is not None else (None, "")

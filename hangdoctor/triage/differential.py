@@ -80,10 +80,11 @@ _ERRORS: list[tuple[str, re.Pattern[str]]] = [
 ]
 # where a poster says it stops ("hangs after loading the weights", "stuck at 99 %% of the pull"):
 # context, used only when no program line names a phase, and at a lower weight
-_SAYS_STOPS = re.compile(r"\b(?:hang|hangs|hung|hanging|stuck|freez\w*|frozen|stops?|stopped|stall\w*|"
+_SAYS_STOPS = re.compile(r"(?P<before>[^.;!?]{0,50}?)\b(?:hang|hangs|hung|hanging|stuck|freez\w*|frozen|stops?|stopped|stall\w*|"
                          r"block\w*|never (?:finish\w*|return\w*|complet\w*|start\w*))\b"
                          r"(?P<where>[^.;!?]{0,100})", re.I)
 _PROSE_PHASE: list[tuple[str, re.Pattern[str]]] = [
+    ("import", re.compile(r"\bimport(?:s|ing)?\b", re.I)),
     ("shutdown", re.compile(r"\b(?:shut ?down|exit\w*|terminat\w*|destroy\w*|teardown|clean ?up)\b", re.I)),
     ("graph-capture", re.compile(r"\bcaptur\w*|cuda ?graph", re.I)),
     ("compile", re.compile(r"\bcompil\w*|\bjit\b|autotun\w*|\bbuild\w*", re.I)),
@@ -264,9 +265,11 @@ def _phase_said(ev: Evidence) -> tuple[str, str] | None:
                 m = _SAYS_STOPS.search(line)
                 if not m:
                     continue
-                for name, rx in _PROSE_PHASE:
-                    if rx.search(m.group("where")):
-                        said.append((name, line.strip()[:200]))
+                # "hangs at / after X" first, then what hangs ("the request hangs")
+                for part in (m.group("where"), m.group("before")):
+                    hit = next((name for name, rx in _PROSE_PHASE if rx.search(part)), None)
+                    if hit:
+                        said.append((hit, line.strip()[:200]))
                         break
             if not said:
                 continue

@@ -46,6 +46,8 @@ _MARKUP_LEAD = re.compile(r"^\s*(?:>\s*)*(?:#{1,6}\s+|[-*+]\s+|\d+[.)]\s+)?")
 _FENCE = re.compile(r"^\s*(?:>\s*)*(?:```|~~~)")
 
 _TABLE_ROW = re.compile(r"^\|.*\|$")
+_CJK = re.compile(r"[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uac00-\ud7af]")
+_CJK_PUNCT = re.compile(r"[\u3000-\u303f\uff00-\uff65]")
 MIN_WORDS = 6  # shorter lines are labels, table cells or values, not sentences
 
 
@@ -65,14 +67,17 @@ def is_prose(line: str) -> bool:
     if len(re.findall(r"(?:^|\s)--[A-Za-z]", outside)) >= 1 or _COMMAND.search(outside) and not re.search(r"[.!?]\s*$", outside):
         return False
     words = _WORD.findall(outside)
-    if len(words) < MIN_WORDS:
+    # Chinese, Japanese and Korean run without spaces: two characters stand for a word
+    cjk = len(_CJK.findall(outside))
+    n_words = len(words) + cjk // 2
+    if n_words < MIN_WORDS:
         return False
-    letters = sum(len(w) for w in words)
+    letters = sum(len(w) for w in words) + cjk + len(_CJK_PUNCT.findall(outside))
     visible = sum(1 for ch in outside if not ch.isspace())
     if not visible or letters / visible < 0.72:
         return False
     # a few code characters in a sentence are punctuation; many make it code or output
-    return len(_CODE_CHARS.findall(outside)) <= max(2, len(words) // 5)
+    return len(_CODE_CHARS.findall(outside)) <= max(2, n_words // 5)
 
 
 # what only a program prints, at the start of a line: in a written document (a README, a

@@ -80,20 +80,20 @@ _ERRORS: list[tuple[str, re.Pattern[str]]] = [
 ]
 # where a poster says it stops ("hangs after loading the weights", "stuck at 99 %% of the pull"):
 # context, used only when no program line names a phase, and at a lower weight
-_SAYS_STOPS = re.compile(r"(?P<before>[^.;!?]{0,50}?)\b(?:hang|hangs|hung|hanging|stuck|freez\w*|frozen|stops?|stopped|stall\w*|"
-                         r"block\w*|never (?:finish\w*|return\w*|complet\w*|start\w*))\b"
-                         r"(?P<where>[^.;!?]{0,100})", re.I)
+_SAYS_STOPS = re.compile(r"(?P<before>[^.;!?。；！？]{0,50}?)(?:卡住|卡死|卡在|挂起|无响应|没有响应|不响应|\b(?:hang|hangs|hung|hanging|stuck|freez\w*|frozen|stops?|stopped|stall\w*|"
+                         r"block\w*|never (?:finish\w*|return\w*|complet\w*|start\w*))\b)"
+                         r"(?P<where>[^.;!?。；！？]{0,100})", re.I)
 _PROSE_PHASE: list[tuple[str, re.Pattern[str]]] = [
     ("import", re.compile(r"\bimport(?:s|ing)?\b", re.I)),
     ("shutdown", re.compile(r"\b(?:shut ?down|exit\w*|terminat\w*|destroy\w*|teardown|clean ?up)\b", re.I)),
     ("graph-capture", re.compile(r"\bcaptur\w*|cuda ?graph", re.I)),
-    ("compile", re.compile(r"\bcompil\w*|\bjit\b|autotun\w*|\bbuild\w*", re.I)),
+    ("compile", re.compile(r"编译|\bcompil\w*|\bjit\b|autotun\w*|\bbuild\w*", re.I)),
     ("warmup", re.compile(r"\bwarm[ -]?up|profil\w*|kv cache", re.I)),
-    ("load", re.compile(r"\bload\w*|download\w*|\bpull\w*|weights?\b|checkpoint|safetensors", re.I)),
+    ("load", re.compile(r"加载|下载|\bload\w*|download\w*|\bpull\w*|weights?\b|checkpoint|safetensors", re.I)),
     ("rendezvous", re.compile(r"rendezvous|barrier|init_process_group|process group|\bstore\b", re.I)),
     ("comm-init", re.compile(r"\bnccl\b.*\binit|communicator|\bp2p\b", re.I)),
-    ("init", re.compile(r"\bstart\w*|\binit\w*|launch\w*|boot\w*", re.I)),
-    ("serving", re.compile(r"\brequests?\b|\bgenerat\w*|inference|decod\w*|prefill|serving|batch\w*|"
+    ("init", re.compile(r"启动|初始化|\bstart\w*|\binit\w*|launch\w*|boot\w*", re.I)),
+    ("serving", re.compile(r"请求|推理|生成|\brequests?\b|\bgenerat\w*|inference|decod\w*|prefill|serving|batch\w*|"
                           r"\bprompts?\b|completion|\bchat\b|embedding", re.I)),
 ]
 PROSE_FACTOR = 0.6  # what a person says of where it stops weighs less than where a program stopped
@@ -237,6 +237,15 @@ def observe(ev: Evidence) -> Observations:
                 break
     # the engine's own model of its log first; then the last line that one of the libraries'
     # own messages (generated from their source) matches; the generic lines otherwise
+    if not obs.errors:
+        # an error the poster quotes inline (`OSError: image file is truncated`) is the program's
+        # words inside a sentence: its class counts, the sentence does not
+        for line in _prose_lines(ev):
+            for span in _INLINE_CODE.findall(line):
+                for name, rx in _ERRORS:
+                    if name not in obs.errors and rx.search(span):
+                        obs.errors[name] = span.strip()[:200]
+                        break
     if phase in _ENGINE_PHASE:
         obs.phase, obs.phase_line = _ENGINE_PHASE[phase], eline
     else:
@@ -247,6 +256,20 @@ def observe(ev: Evidence) -> Observations:
             obs.phase, obs.phase_line = said
             obs.phase_said = True
     return obs
+
+
+_INLINE_CODE = re.compile(r"`([^`\n]{6,300})`")
+
+
+def _prose_lines(ev: Evidence) -> list[str]:
+    """The sentences of a report of one's own incident (never a script, never a write-up)."""
+    out: list[str] = []
+    for s in ev.snapshots:
+        for item in s.get("pasted_prose") or []:
+            if not isinstance(item, dict) or item.get("script") or (item.get("document") and not item.get("report")):
+                continue
+            out.extend(x for x in item.get("lines") or [] if isinstance(x, str))
+    return out
 
 
 def _phase_said(ev: Evidence) -> tuple[str, str] | None:

@@ -237,6 +237,8 @@ def observe(ev: Evidence) -> Observations:
                 break
     # the engine's own model of its log first; then the last line that one of the libraries'
     # own messages (generated from their source) matches; the generic lines otherwise
+    _sizes_disagree(lines, obs)
+    _log_repeats(lines, obs)
     if not obs.errors:
         # an error the poster quotes inline (`OSError: image file is truncated`) is the program's
         # words inside a sentence: its class counts, the sentence does not
@@ -270,6 +272,54 @@ def _prose_lines(ev: Evidence) -> list[str]:
                 continue
             out.extend(x for x in item.get("lines") or [] if isinstance(x, str))
     return out
+
+
+# a collective needs the same sizes on every rank (NCCL's API docs: count and datatype must
+# match across the communicator; torch's all_to_all_single: the split sizes must agree with the
+# peers'): lines that differ only in a size printed next to a collective are ranks that disagree
+_COLLECTIVE_WORD = re.compile(r"all[-_ ]?to[-_ ]?all|all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|"
+                              r"\bbroadcast\b|\bdispatch\w*|\bcombine\b", re.I)
+_SIZE = re.compile(r"torch\.Size\(\[[\d, ]*\]\)|\bshape[=: ]+\(?\[?[\d, ]+\]?\)?|"
+                   r"\b(?:count|numel|size|len|split_sizes?)\s*[=:(]\s*\[?[\d, ]+\]?", re.I)
+_LEAD_STAMP = re.compile(r"^[\s\[]*(?:\d{4}-\d\d-\d\d[T ])?\d\d:\d\d:\d\d[.,\d]*\]?\s*")
+
+
+def _sizes_disagree(lines: list[str], obs: Observations) -> None:
+    groups: dict[str, set[tuple[str, ...]]] = {}
+    first: dict[str, str] = {}
+    for line in lines[-3000:]:
+        body = line.split(" # ")[0]
+        if not _COLLECTIVE_WORD.search(body):
+            continue
+        sizes = tuple(_SIZE.findall(body))
+        if not sizes:
+            continue
+        key = re.sub(r"\d+", "#", _SIZE.sub("§", _LEAD_STAMP.sub("", body)))
+        groups.setdefault(key, set()).add(sizes)
+        first.setdefault(key, body.strip()[:160])
+    for key, seen in groups.items():
+        if len(seen) > 1:
+            shown = " vs ".join(", ".join(t) for t in sorted(seen)[:2])
+            obs.positions.setdefault("size-mismatch", Position("size-mismatch", f"{first[key]} ({shown})"))
+            return
+
+
+REPEAT_MIN = 4  # the log's last lines, the same line again and again (only numbers differ)
+
+
+def _log_repeats(lines: list[str], obs: Observations) -> None:
+    """A loop that prints and makes no progress: the log's tail is one line repeated, and that
+    line is no progress report (a throughput line repeats on a healthy server) and names no
+    phase of start-up (a 'waiting for the other ranks' line repeats while it waits)."""
+    tail = [x for x in lines[-40:] if x.strip() and x.strip() not in ("...", "…", "```")][-REPEAT_MIN:]
+    if len(tail) < REPEAT_MIN:
+        return
+    keys = {re.sub(r"\d+", "#", x.strip()) for x in tail}
+    if len(keys) != 1 or any(rx.search(tail[-1]) for _n, rx in _PHASE_LINES):
+        return
+    if any(rx.search(tail[-1]) for _n, rx in _ERRORS):
+        return
+    obs.positions.setdefault("log-repeats", Position("log-repeats", tail[-1].strip()[:160]))
 
 
 def _phase_said(ev: Evidence) -> tuple[str, str] | None:

@@ -177,6 +177,9 @@ def _block_start(lines: list, i: int) -> Optional[str]:
     if pt.HEADERLESS_FRAME.match(line) and i + 2 < len(lines) and all(
             pt.HEADERLESS_FRAME.match(lines[k]) for k in (i + 1, i + 2)):
         return "pyspy-text"  # three frames in a row without a header: a pasted stack
+    if c == "F" and fh.FRAME.match(line) and i + 2 < len(lines) and all(
+            fh.FRAME.match(lines[k]) for k in (i + 1, i + 2)):
+        return "faulthandler"  # three faulthandler frames in a row, their thread line not pasted
     if c in "TCSF" and (
         fh.THREAD_HEAD.match(line) or fh.STACK_HEAD.match(line) or fh.FATAL.match(line)
     ):

@@ -35,7 +35,7 @@ THREAD_HEAD = re.compile(
 )
 STACK_HEAD = re.compile(r"^Stack \(most recent call first\):\s*$")
 FATAL = re.compile(r"^Fatal Python error: (?P<what>.*)$")
-FRAME = re.compile(r'^\s+File "(?P<file>.*)", line (?P<line>\d+|\?\?\?) in (?P<func>\S+)')
+FRAME = re.compile(r'^\s*File "(?P<file>.*)", line (?P<line>\d+|\?\?\?) in (?P<func>\S+)')
 NO_FRAME = re.compile(r"^\s+<no Python frame>\s*$")
 
 
@@ -83,7 +83,17 @@ def parse_faulthandler(lines: Iterable[str]) -> list[PastedDump]:
             cur.threads.append(thread)
             continue
         if thread is None:
-            continue
+            if not FRAME.match(line):
+                continue
+            # frames pasted without their "Thread 0x… (most recent call first):" line: one
+            # thread of a process not named, innermost first as faulthandler prints them
+            cur = _new_dump(fatal)
+            fatal = None
+            cur.notes.append("faulthandler frames pasted without their thread line")
+            dumps.append(cur)
+            seen_ids = set()
+            thread = make_thread([], name=None, thread_id=None, is_current=True)
+            cur.threads.append(thread)
         m = FRAME.match(line)
         if m:
             ln = m.group("line")

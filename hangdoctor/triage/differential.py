@@ -238,6 +238,7 @@ def observe(ev: Evidence) -> Observations:
     # the engine's own model of its log first; then the last line that one of the libraries'
     # own messages (generated from their source) matches; the generic lines otherwise
     _sizes_disagree(lines, obs)
+    _versions_split(lines + _prose_lines(ev), obs)
     _log_repeats(lines, obs)
     if not obs.errors:
         # an error the poster quotes inline (`OSError: image file is truncated`) is the program's
@@ -304,22 +305,79 @@ def _sizes_disagree(lines: list[str], obs: Observations) -> None:
             return
 
 
-REPEAT_MIN = 4  # the log's last lines, the same line again and again (only numbers differ)
+REPEAT_MIN = 4  # the same line this many times in a row (only numbers differ) is a loop
+_ELISION = re.compile(r"^\s*(?:\.{3}|…|\[?\(?(?:repeat(?:s|ed)?|same)\b[^)\]]*[)\]]?)\s*$", re.I)
 
 
 def _log_repeats(lines: list[str], obs: Observations) -> None:
-    """A loop that prints and makes no progress: the log's tail is one line repeated, and that
-    line is no progress report (a throughput line repeats on a healthy server) and names no
-    phase of start-up (a 'waiting for the other ranks' line repeats while it waits)."""
-    tail = [x for x in lines[-40:] if x.strip() and x.strip() not in ("...", "…", "```")][-REPEAT_MIN:]
-    if len(tail) < REPEAT_MIN:
+    """A loop that prints and makes no progress: one line again and again (REPEAT_MIN times in a
+    row, or twice and then the poster's '...' for the rest). Not when that line is a progress
+    report (a throughput line repeats on a healthy server), names a phase of start-up (a
+    'waiting for the other ranks' line repeats while it waits) or is an error."""
+    run: list[str] = []
+    key = None
+    for x in lines[-3000:]:
+        body = x.strip()
+        if not body or body.startswith("```"):
+            continue
+        if _ELISION.match(body) and len(run) >= 2:
+            run += [run[-1]] * REPEAT_MIN
+            continue
+        k = re.sub(r"\d+", "#", body)
+        if k == key:
+            run.append(body)
+            continue
+        if len(run) >= REPEAT_MIN and _is_loop_line(run[-1]):
+            obs.positions.setdefault("log-repeats", Position("log-repeats", run[-1][:160]))
+            return
+        run, key = [body], k
+    if len(run) >= REPEAT_MIN and _is_loop_line(run[-1]):
+        obs.positions.setdefault("log-repeats", Position("log-repeats", run[-1][:160]))
+
+
+def _is_loop_line(line: str) -> bool:
+    return not (any(rx.search(line) for _n, rx in _PHASE_LINES) or any(rx.search(line) for _n, rx in _ERRORS)
+                or _says_no_phase(line))
+
+
+# a poster's table of configurations, each marked as working or failing: when a version (alone
+# or with the hardware beside it) is what every failing row has and no working row has, the
+# version is what changed (a driver / runtime regression)
+_WORKS = re.compile(r"✅|✔|☑|\b(?:works|working|OK|passes|fine)\b")
+_FAILS = re.compile(r"❌|✗|✖|\b(?:hangs?|fails?|failing|stuck|broken)\b")
+_LABELLED = re.compile(r"(?P<label>[A-Za-z][\w-]*(?: [A-Za-z][\w-]*)?)\s*[:=]+\s*(?P<value>v?\d[\w.+-]*|[\w.+-]+)")
+_VERSIONISH = re.compile(r"^v?\d+(?:\.\d+)+")
+
+
+def _versions_split(lines: list[str], obs: Observations) -> None:
+    rows: list[tuple[bool, set[tuple[str, str]]]] = []
+    for line in lines[-2000:]:
+        w, f = bool(_WORKS.search(line)), bool(_FAILS.search(line))
+        if w == f:
+            continue
+        items: set[tuple[str, str]] = set()
+        for m in _LABELLED.finditer(line):
+            label = m.group("label").lower().replace(" version", "").strip()
+            value = m.group("value")
+            items.add((label, value))
+            if _VERSIONISH.match(value):
+                items.add((label, value.lstrip("v").split(".")[0] + ".x"))
+        if len(items) >= 2:
+            rows.append((f, items))
+    failing = [i for bad, i in rows if bad]
+    working = [i for bad, i in rows if not bad]
+    if not failing or not working:
         return
-    keys = {re.sub(r"\d+", "#", x.strip()) for x in tail}
-    if len(keys) != 1 or any(rx.search(tail[-1]) for _n, rx in _PHASE_LINES):
-        return
-    if any(rx.search(tail[-1]) for _n, rx in _ERRORS):
-        return
-    obs.positions.setdefault("log-repeats", Position("log-repeats", tail[-1].strip()[:160]))
+    common = set.intersection(*failing)
+    combos = [(a,) for a in common] + [(a, b) for a in common for b in common if a < b]
+    for combo in combos:
+        if not any(_VERSIONISH.match(v) for _l, v in combo):
+            continue
+        if not any(all(c in w for c in combo) for w in working):
+            text = " + ".join(f"{lbl} {v}" for lbl, v in combo)
+            obs.positions.setdefault("version-split", Position(
+                "version-split", f"every failing configuration has {text}; no working one does"))
+            return
 
 
 def _phase_said(ev: Evidence) -> tuple[str, str] | None:

@@ -90,6 +90,12 @@ def log_phase(ev: Evidence):
             signals.append(support("compile-in-progress", 0.15, f"the log ends in a compile line{silence}"))
         else:
             signals.append(support("compile-in-progress", 0.45, f"the log ends in compile lines: {last.text.strip()[:120]}"))
+    elif last.kind == "graph-capture" and (last.data.get("pct") or 0) >= 100:
+        # a capture bar at its end: capture is over, the engine went on to serve (or did not)
+        signals.append(support("post-load-deadlock", 0.25 if silent or not ev.has_timing else 0.1,
+                               f"CUDA graph capture finished ({last.text.strip()[:120]}) and no line of the "
+                               f"engine's came after it{silence}"))
+        signals.append(against("cuda-graph-capture", 0.3, "graph capture finished"))
     elif last.kind == "graph-capture":
         if grew:
             signals.append(against("cuda-graph-capture", 0.3, "graph capture progresses"))

@@ -156,7 +156,9 @@ def _compile(s: str) -> Optional[dict]:
     return {"seconds": float(m.group("s"))} if m else {}
 
 
-_CAPTURE_BAR = re.compile(r"Capturing (?:CUDA|cuda) ?graphs?[^:]{0,80}:\s*(?P<pct>\d{1,3})%")
+# vLLM's "Capturing CUDA graphs ...: 40%"; SGLang's tqdm (sglang/srt/model_executor/
+# cuda_graph_runner.py: f"Capturing batches ({bs=} {avail_mem=:.2f} GB)")
+_CAPTURE_BAR = re.compile(r"Capturing (?:(?:CUDA|cuda) ?graphs?|batches)[^:]{0,80}:\s*(?P<pct>\d{1,3})%")
 _CAPTURE = re.compile(
     r"(?i)\bcaptur(?:e|ing)\b.{0,40}\b(?:cuda ?graphs?|cudagraphs?)\b|graph capturing finished"
 )

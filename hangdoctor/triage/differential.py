@@ -44,7 +44,7 @@ _PHASE_LINES: list[tuple[str, re.Pattern[str]]] = [
                            r"Application startup complete|Decode batch|Prefill batch|Started server process|"
                            r"[Ll]istening on|server is fired up|Connected to the engine|Processed prompts|"
                            r"request_id|llama server listening|HTTP server listening")),
-    ("graph-capture", re.compile(r"[Cc]aptur\w* (?:CUDA |cuda )?graph|cuda[_ ]graph|CUDA graphs?|graph_capture")),
+    ("graph-capture", re.compile(r"[Cc]aptur\w* (?:CUDA |cuda )?graph|Capturing batches|cuda[_ ]graph|CUDA graphs?|graph_capture")),
     ("compile", re.compile(r"[Cc]ompil(?:ing|e|ation)\b|torch\.compile|inductor|[Aa]utotun|\bJIT\b|"
                            r"[Bb]uilding extension|ninja|nvcc|Triton kernel|flashinfer\.jit|deep_gemm")),
     ("warmup", re.compile(r"[Ww]arm(?:ing)?[ -]?up|profile_run|determine_num_available_blocks|"
@@ -237,6 +237,7 @@ def observe(ev: Evidence) -> Observations:
                 break
     # the engine's own model of its log first; then the last line that one of the libraries'
     # own messages (generated from their source) matches; the generic lines otherwise
+    _script_stop(ev, lines, obs)
     _sizes_disagree(lines, obs)
     _versions_split(lines + _prose_lines(ev), obs)
     _log_repeats(lines, obs)
@@ -253,6 +254,10 @@ def observe(ev: Evidence) -> Observations:
         obs.phase, obs.phase_line = _ENGINE_PHASE[phase], eline
     else:
         obs.phase, obs.phase_line = _phase_of_messages(lines) or generic
+        if obs.phase in _AFTER and _DONE_BAR.search(obs.phase_line):
+            # the last phase line is a progress bar at its end: that step is over, the engine
+            # went on to the next one of its start-up (load -> profile -> capture -> serve)
+            obs.phase = _AFTER[obs.phase]
     if obs.phase is None:
         said = _phase_said(ev)
         if said:
@@ -380,6 +385,57 @@ def _versions_split(lines: list[str], obs: Observations) -> None:
             return
 
 
+# "the command, then its output": a pasted script and what it printed. The last line the run
+# printed that the script prints literally places the stop at the script's next statement, and
+# what that statement calls says what it waits on
+_PRINT_LITERAL = re.compile(r"""^\s*print\(\s*f?(["'])(?P<text>[^"'{}]{2,120})\1\s*(?:,[^)]*)?\)\s*$""")
+_STATEMENT_WAITS: list[tuple[str, re.Pattern[str]]] = [
+    # asyncio: run() / run_until_complete() block the thread until the awaited future is done on
+    # this loop (a future of another loop never is: asyncio docs, "Future attached to a
+    # different loop"); the front end's own loop is where such a call waits
+    ("event-loop", re.compile(r"\basyncio\.run\(|run_until_complete\(|\bawait\b")),
+    ("rendezvous", re.compile(r"init_process_group\(|init_distributed\(|\brendezvous\(|TCPStore\(")),
+    ("collective", re.compile(r"\b(?:all_reduce|all_gather\w*|broadcast\w*|barrier|all_to_all\w*|reduce_scatter\w*)\(")),
+    ("load-call", re.compile(r"from_pretrained\(|load_state_dict\(|safe_open\(|torch\.load\(|snapshot_download\(")),
+    ("ipc-wait", re.compile(r"\bray\.get\(|\.result\(|\.join\(|\.get\(\s*\)|\.wait\(")),
+    ("serving-call", re.compile(r"\.generate\(|\.chat\(|\.completions?\.|requests\.post\(|\.encode\(")),
+]
+
+
+def _script_stop(ev: Evidence, lines: list[str], obs: Observations) -> None:
+    printed = [x.strip() for x in lines if x.strip()]
+    if not printed:
+        return
+    for s in ev.snapshots:
+        for item in s.get("pasted_prose") or []:
+            if not isinstance(item, dict) or not item.get("script"):
+                continue
+            code = [x for x in item.get("lines") or [] if isinstance(x, str)]
+            literals = {}
+            for i, x in enumerate(code):
+                m = _PRINT_LITERAL.match(x)
+                if m:
+                    literals.setdefault(m.group("text").strip(), i)
+            if not literals:
+                continue
+            last = next((x for x in reversed(printed) if x in literals), None)
+            if last is None:
+                continue
+            nxt = next((x.strip() for x in code[literals[last] + 1:]
+                        if x.strip() and not x.strip().startswith("#")), "")
+            for wait, rx in _STATEMENT_WAITS:
+                if rx.search(nxt):
+                    obs.positions.setdefault(wait, Position(
+                        wait, f"the run printed {last!r} last; the script's next statement: {nxt[:100]}"))
+                    return
+
+
+# a tqdm bar at its end ("100%|…| 23/23", "100% Completed | 1/1"); the start-up order of vLLM and
+# SGLang (model_runner: load_model, then profile_run / KV cache, then capture_model, then serve)
+_DONE_BAR = re.compile(r"\b100%\s*(?:Completed\s*)?\|.*?\b(\d+)/\1\b")
+_AFTER = {"load": "warmup", "warmup": "graph-capture", "graph-capture": "serving"}
+
+
 def _phase_said(ev: Evidence) -> tuple[str, str] | None:
     """Where the poster says it stops, from their sentences (never a script): the first phase
     word after 'hangs / stuck / stops at…'. A written document (a README, a write-up) describes
@@ -445,8 +501,11 @@ def prior_signals(obs: Observations) -> dict[str, list[dict[str, Any]]]:
     for w, pos in obs.positions.items():
         table = data["wait"].get(w)
         if table:
-            who = f"{len(pos.pids)} process(es)" if len(pos.pids) != 1 else f"pid {pos.pids[0]}"
-            add(table, f"{who} wait in {w}" + (f" ({pos.frame})" if pos.frame else ""))
+            if pos.pids:
+                who = f"{len(pos.pids)} process(es)" if len(pos.pids) != 1 else f"pid {pos.pids[0]}"
+                add(table, f"{who} wait in {w}" + (f" ({pos.frame})" if pos.frame else ""))
+            else:  # read from the log or the poster's paste, not from a process's stack
+                add(table, f"the evidence stands at {w}: {pos.frame}")
     if obs.phase and obs.phase in data["phase"]:
         table = data["phase"][obs.phase]
         if obs.phase_said:

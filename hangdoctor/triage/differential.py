@@ -284,7 +284,7 @@ def _prose_lines(ev: Evidence) -> list[str]:
 # match across the communicator; torch's all_to_all_single: the split sizes must agree with the
 # peers'): lines that differ only in a size printed next to a collective are ranks that disagree
 _COLLECTIVE_WORD = re.compile(r"all[-_ ]?to[-_ ]?all|all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|"
-                              r"\bbroadcast\b|\bdispatch\w*|\bcombine\b", re.I)
+                              r"\bbroadcast\b", re.I)
 _SIZE = re.compile(r"torch\.Size\(\[[\d, ]*\]\)|\bshape[=: ]+\(?\[?[\d, ]+\]?\)?|"
                    r"\b(?:count|numel|size|len|split_sizes?)\s*[=:(]\s*\[?[\d, ]+\]?", re.I)
 _LEAD_STAMP = re.compile(r"^[\s\[]*(?:\d{4}-\d\d-\d\d[T ])?\d\d:\d\d:\d\d[.,\d]*\]?\s*")

@@ -1,0 +1,268 @@
+"""The observation model's general readings, each with a case where it speaks and one where it
+must not: native lock waits, stacks as people paste them (no line numbers, a cut frame, bare
+faulthandler frames), records printed one field a line, lines that name no phase, the teardown
+wait, a compiler in the process list, thread panics, what a poster says hangs (also in Chinese),
+an error quoted inline, sizes that disagree beside a collective, a loop's repeated line, a table
+of working and failing configurations, and "the command, then its output"."""
+
+from __future__ import annotations
+
+from hangdoctor.evidence.model import Evidence
+from hangdoctor.parsers.assemble import analyze_inputs
+from hangdoctor.parsers.prose import is_prose
+from hangdoctor.parsers.unwrap import unwrap
+from hangdoctor.triage import differential
+from hangdoctor.triage.analyze import analyze
+
+
+def _ev(text: str, name: str = "paste.txt") -> Evidence:
+    return Evidence([analyze_inputs([(name, text)])])
+
+
+def _obs(text: str, name: str = "paste.txt") -> differential.Observations:
+    return differential.observe(_ev(text, name))
+
+
+def _ids(text: str, name: str = "paste.txt") -> list[str]:
+    return [c["id"] for c in analyze([analyze_inputs([(name, text)])])["causes"]]
+
+
+def _waits(text: str) -> list[str]:
+    return [t.wait_kind for ps in _ev(text).stacks.values() for t in ps.threads]
+
+
+# --- native lock waits, gdb without "in" -------------------------------------------------
+
+GDB_MUTEX = """```
+#0  0x0000ffffb3ea32bc __lll_lock_wait
+#1  0x0000ffffb3e9acd8 __pthread_mutex_lock
+#2  0x0000ffffb412fd54 mylib::Logger::Log(std::string const&)
+#3  0x0000ffffb407b04c mylib_LogMessage
+```"""
+GDB_ABSL = """```
+#1  0x00007fa43044020e in absl::lts_20211102::synchronization_internal::Waiter::Wait(absl::lts_20211102::synchronization_internal::KernelTimeout) () from /x/_raylet.so
+#2  0x00007fa430440143 in AbslInternalPerThreadSemWait_lts_20211102 () from /x/_raylet.so
+#3  0x00007fa43043ea73 in absl::lts_20211102::Mutex::Block(absl::lts_20211102::base_internal::PerThreadSynch*) () from /x/_raylet.so
+#4  0x00007fa43043f7f4 in absl::lts_20211102::Mutex::LockSlowLoop(absl::lts_20211102::SynchWaitParams*, int) () from /x/_raylet.so
+```"""
+GDB_CONDVAR = """```
+#0  0x00007f0 in futex_wait () from /lib/libc.so.6
+#1  0x00007f1 in pthread_cond_wait () from /lib/libc.so.6
+#2  0x00007f2 in worker_loop () from /x/libpool.so
+```"""
+
+
+def test_a_native_thread_taking_a_mutex_waits_on_a_lock_and_a_condition_wait_does_not() -> None:
+    assert _waits(GDB_MUTEX) == ["lock"]  # gdb frames without " in " still name their function
+    assert _waits(GDB_ABSL) == ["lock"]
+    assert "lock" not in _waits(GDB_CONDVAR)
+    assert "lock-contention" in _ids(GDB_MUTEX)[:3]
+
+
+# --- py-spy frames as pasted ---------------------------------------------------------------
+
+LABELLED = """```
+Thread "SchedulerMain"    (3 of 4 DP ranks)
+    sanity_check (mem_cache/radix_cache.py)
+    on_idle (managers/scheduler.py)
+    event_loop_overlap (managers/scheduler.py)
+
+Thread "SchedulerMain"    (4th DP rank)
+    broadcast (torch/distributed/distribu
+```"""
+
+
+def test_frames_without_line_numbers_are_python_and_a_cut_frame_keeps_its_collective() -> None:
+    ev = _ev(LABELLED)
+    frames = [f for ps in ev.stacks.values() for t in ps.threads for f in t.frames]
+    assert frames and not any(f.native for f in frames)
+    assert "collective:broadcast" in _waits(LABELLED)
+    assert "nccl-desync" == _ids(LABELLED)[0]  # one rank in a collective, the others elsewhere
+    # the same cut with no path separator is no frame
+    assert "collective:broadcast" not in _waits(LABELLED.replace("torch/distributed/distribu", "distribu"))
+
+
+FAULTHANDLER_BARE = """```
+File "torch/distributed/distributed_c10d.py", line 3151 in broadcast
+File ".../srt/utils/common.py", line 2256 in broadcast_pyobj
+File ".../srt/managers/scheduler.py", line 1738 in event_loop_overlap
+```"""
+
+
+def test_faulthandler_frames_without_their_thread_line_are_a_stack() -> None:
+    assert _waits(FAULTHANDLER_BARE) == ["collective:broadcast"]
+    # a traceback's frames (", in") are not read as a faulthandler dump
+    tb = FAULTHANDLER_BARE.replace(" in ", ", in ")
+    assert _waits(tb) == []
+
+
+# --- records printed one field a line --------------------------------------------------------
+
+def test_a_record_printed_one_field_a_line_is_folded_back() -> None:
+    text, said = unwrap("WorkNCCL(\n  SeqNum=6,\n  OpType=ALLREDUCE,\n  NumelIn=57344,\n  Timeout(ms)=600000\n)\n")
+    assert "WorkNCCL(SeqNum=6, OpType=ALLREDUCE, NumelIn=57344, Timeout(ms)=600000)" in text.splitlines()
+    assert any("folded" in s for s in said)
+    # source code with a call over several lines is left alone (its lines are no key=value fields)
+    code = "result = compute(\n    first_argument,\n    second_argument,\n)\n"
+    assert unwrap(code)[0] == code
+
+
+# --- what names a phase and what does not ------------------------------------------------
+
+def test_version_listings_stack_frames_and_command_lines_name_no_phase() -> None:
+    for line in ("NVCC: Cuda compilation tools, release 13.0, V13.0.88",
+                 "    _read_thread (torch/_inductor/compile_worker/subproc_pool.py:195)",
+                 "    --master_addr=$MASTER_ADDR \\",
+                 "text-generation-benchmark --tokenizer-name x --sequence-length 12",
+                 "- FlashInfer: 0.6.12"):
+        assert differential._says_no_phase(line), line
+    for line in ("INFO 06-27 19:49:53 [gpu_model_runner.py:6483] Capturing CUDA graphs (mixed prefill-decode): 40%",
+                 "Loading safetensors checkpoint shards:  50% Completed | 1/2"):
+        assert not differential._says_no_phase(line), line
+    assert _obs("NVCC: Cuda compilation tools, release 13.0, V13.0.88\n").phase is None
+    assert _obs("INFO 01-01 00:00:00 [compilation/backends.py:1] Compiling a graph for dynamic shape takes 20 s\n").phase == "compile"
+
+
+def test_a_finished_progress_bar_moves_the_phase_on() -> None:
+    assert _obs("Loading safetensors checkpoint shards: 100% Completed | 4/4 [00:03<00:00]\n").phase == "warmup"
+    assert _obs("Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:03<00:03]\n").phase == "load"
+
+
+# --- teardown ----------------------------------------------------------------------------------
+
+TEARDOWN = """Thread 0x7F81445A8440 (active): "MainThread"
+    destroy_process_group (torch/distributed/distributed_c10d.py:2184)
+    <module> (train.py:554)
+"""
+
+
+def test_tearing_a_process_group_down_is_a_teardown_wait() -> None:
+    assert "teardown" in _obs(TEARDOWN).positions
+    assert "teardown" not in _obs(TEARDOWN.replace("distributed_c10d.py", "mytool.py")
+                                  .replace("torch/distributed", "mypkg")).positions
+
+
+# --- a compiler in the process list ------------------------------------------------------------
+
+PS = """$ ps aux | grep cicc
+root  1413  0.0  0.0   2796  1104 ?  S  02:51  0:00 /bin/dash -c -- "$CICC_PATH/cicc" --c++17 --orig_src_file_name cascade.cu
+"""
+
+
+def test_a_compiler_in_the_process_list_is_a_build_running() -> None:
+    assert "compile" in _obs(PS, "ps.txt").positions
+    assert _ids(PS, "ps.txt")[0] == "compile-in-progress"
+    assert "compile" not in _obs(PS.replace("cicc", "sleep"), "ps.txt").positions
+
+
+# --- errors -----------------------------------------------------------------------------------
+
+def test_a_thread_panic_is_its_own_error_and_a_runtime_panic_is_a_death() -> None:
+    obs = _obs("thread '<unnamed>' panicked at toktrie/src/toktree.rs:1101:13:\nassertion failed: num_parents < 0xff\n")
+    assert "panic" in obs.errors
+    assert _ids("thread '<unnamed>' panicked at src/x.rs:1:1:\nboom\n")[0] == "request-deadlock"
+    assert "killed" in _obs("panic: runtime error: index out of range\n\ngoroutine 12 [running]:\n").errors
+    assert "killed" in _obs("terminate called after throwing an instance of 'std::runtime_error'\n").errors
+    assert "panic" not in _obs("the thread that panicked at startup was restarted by hand\n").errors
+
+
+def test_an_error_quoted_inline_in_a_report_counts_by_its_class() -> None:
+    report = "模型一直正常运行，但是一旦遇到某个图片报错`OSError: image file is truncated`，就会卡住，不能接收任何请求\n"
+    obs = _obs(report, "ticket.md")
+    assert obs.errors.get("exception", "").startswith("OSError")
+    assert obs.phase == "serving" and obs.phase_said
+    assert _ids(report, "ticket.md")[0] == "request-deadlock"
+    assert not _obs("模型一直正常运行，我们很满意这个版本，谢谢大家的帮助和支持\n", "ticket.md").errors
+
+
+def test_cjk_sentences_are_prose_and_a_cjk_log_line_is_not() -> None:
+    assert is_prose("模型一直正常运行，但是一旦遇到某个图片报错就会卡住，不能接收任何请求")
+    assert not is_prose("2024-01-01 10:00:00 INFO 加载模型 model.py:12")
+
+
+def test_what_the_poster_says_hangs_names_the_phase() -> None:
+    assert _obs("4. Onboarding from disk to device fails and the request hangs.\n", "ticket.md").phase == "serving"
+    assert _obs("Importing tensorrt_llm hangs forever on our DGX, nothing is printed.\n", "ticket.md").phase == "import"
+    assert _obs("We upgraded the driver last week and everything is fine now, thanks.\n", "ticket.md").phase is None
+
+
+# --- sizes beside a collective, a loop's line, versions that split --------------------------
+
+def test_sizes_that_differ_beside_a_collective_are_ranks_that_disagree() -> None:
+    log = ("[DEBUG] Before ALL-to-ALL: dispatched_input shape torch.Size([4, 3, 32])\n"
+           "[DEBUG] Before ALL-to-ALL: dispatched_input shape torch.Size([4, 4, 32])\n")
+    assert "size-mismatch" in _obs(log).positions
+    assert _ids(log)[0] == "nccl-desync"
+    same = log.replace("[4, 4, 32]", "[4, 3, 32]")
+    assert "size-mismatch" not in _obs(same).positions
+    # sizes that differ with no collective beside them are just different tensors
+    assert "size-mismatch" not in _obs(log.replace("ALL-to-ALL", "forward")).positions
+
+
+LOOP = "\n".join(f"2026-06-17 20:01:{s:02d} INFO [1:MainThread] policy.py:809 total_tokens(4096) rem_total_tokens: 4096"
+                 for s in range(6)) + "\n"
+
+
+def test_a_loop_printing_one_line_again_and_again_is_seen_and_a_throughput_line_is_not() -> None:
+    assert "log-repeats" in _obs(LOOP).positions
+    assert _ids(LOOP)[0] == "request-deadlock"
+    two_then_elided = "\n".join(LOOP.splitlines()[:2] + ["..."]) + "\n"
+    assert "log-repeats" in _obs(two_then_elided).positions
+    metrics = "\n".join(f"INFO 08-09 03:03:{s:02d} metrics.py:406] Avg prompt throughput: 0.0 tokens/s, Running: 0 reqs"
+                        for s in range(6)) + "\n"
+    assert "log-repeats" not in _obs(metrics).positions
+    assert "log-repeats" not in _obs("\n".join(LOOP.splitlines()[:3]) + "\n").positions
+
+
+TABLE = """✅ GPU: L40     Driver Version: 525.116.04     CUDA Version: 12.0
+✅ GPU: 2x4090  Driver Version: 525.125.06     CUDA Version: 12.0
+❌ GPU: 2x4090  Driver Version: 545.29.06      CUDA Version: 12.3
+❌ GPU: 2x4090  Driver Version: 545.23.08    CUDA Version: 12.3
+✅ GPU: A30     Driver Version: 545.23.08    CUDA Version: 12.3
+✅ GPU: 2x4090  Driver Version: 550.54.15      CUDA Version: 12.4
+"""
+
+
+def test_a_version_that_separates_failing_from_working_configurations() -> None:
+    pos = _obs(TABLE).positions
+    assert "version-split" in pos and "2x4090" in pos["version-split"].frame
+    assert _ids(TABLE)[0] == "driver-or-runtime-mismatch"
+    # when a working row has everything the failing rows share, no version separates them
+    also_works = TABLE + "✅ GPU: 2x4090  Driver Version: 545.29.06      CUDA Version: 12.3\n"
+    assert "version-split" not in _obs(also_works).positions
+
+
+# --- the command, then its output ---------------------------------------------------------------
+
+SCRIPT = """```python
+import asyncio
+from engine import Engine
+
+def run():
+    engine = Engine(model_path="m")
+    print("method 1")
+    print(engine.generate("1+1="))
+    print("method 2")
+    print(asyncio.run(engine.async_generate("1+1=")))
+```
+"""
+
+
+def test_the_last_line_a_script_printed_places_the_stop_at_its_next_statement() -> None:
+    pos = _obs(SCRIPT + "```\nmethod 1\n{'text': '2'}\nmethod 2\n```\n", "ticket.md").positions
+    assert "event-loop" in pos and "asyncio.run" in pos["event-loop"].frame
+    pos = _obs(SCRIPT + "```\nmethod 1\n```\n", "ticket.md").positions
+    assert "event-loop" not in pos and "serving-call" in pos
+    assert not _obs(SCRIPT, "ticket.md").positions  # the script alone says nothing of where it stopped
+
+
+# --- the position joins weak mechanisms ------------------------------------------------------
+
+def test_the_position_joins_below_a_weak_mechanism_and_never_beside_a_strong_one() -> None:
+    prior = {"rank-died": [{"text": "x", "weight": 0.2, "check": "differential", "refs": ["prior"]}]}
+    weak = [{"id": "nccl-desync", "score": 0.3, "symptom_only": False}]
+    differential.join_priors(weak, prior, {}, 0.1, lambda cid: [])
+    assert [c["id"] for c in weak] == ["nccl-desync", "rank-died"] and weak[1]["prior"]
+    strong = [{"id": "nccl-desync", "score": 0.7, "symptom_only": False}]
+    differential.join_priors(strong, prior, {}, 0.1, lambda cid: [])
+    assert [c["id"] for c in strong] == ["nccl-desync"]

@@ -23,8 +23,17 @@ def nccl_watchdog(ev: Evidence):
     if not events:
         return cleared("no NCCL watchdog timeout lines")
     per_rank: dict = {}
+    rankless = 0
     for e in events:
         r = e.rank if e.rank is not None else e.data.get("rank")
+        if r is None:
+            # a record pasted without its rank: each distinct one stands for a rank (or a group)
+            key = (e.data.get("seqnum"), e.data.get("optype"))
+            if any(k == key for k in [(x.data.get("seqnum"), x.data.get("optype"))
+                                      for rr, x in per_rank.items() if isinstance(rr, str)]):
+                continue
+            rankless += 1
+            r = f"?{rankless}"
         per_rank[r] = e
     keyed = {r: (e.data.get("seqnum"), e.data.get("optype")) for r, e in per_rank.items()}
     distinct = set(keyed.values())
@@ -35,9 +44,11 @@ def nccl_watchdog(ev: Evidence):
         odd = [{"pid": per_rank[r].pid, "rank": r,
                 "why": f"SeqNum={k[0]} OpType={k[1]} while most ranks are at SeqNum={common[0]} OpType={common[1]}"}
                for r, k in keyed.items() if k != common]
-        parts = "; ".join(f"rank {r}: SeqNum={k[0]} {k[1]}" for r, k in sorted(keyed.items(), key=lambda kv: (kv[0] is None, kv[0])))
+        parts = "; ".join(f"rank {r}: SeqNum={k[0]} {k[1]}" for r, k in sorted(keyed.items(), key=lambda kv: str(kv[0])))
+        # records without their rank may be one rank's at two moments: they count for less
+        w = 0.4 if rankless == len(per_rank) else 0.75
         return fired(f"watchdog timeouts disagree between ranks: {parts}",
-                     support("nccl-desync", 0.75, f"NCCL watchdog timeouts disagree between ranks: {parts}", odd=odd))
+                     support("nccl-desync", w, f"NCCL watchdog timeouts disagree between ranks: {parts}", odd=odd))
     e = events[-1]
     if len(per_rank) >= 2:
         return fired(f"{len(per_rank)} ranks timed out in the same collective ({e.data.get('optype')} SeqNum={e.data.get('seqnum')})",

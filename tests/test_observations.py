@@ -266,3 +266,12 @@ def test_the_position_joins_below_a_weak_mechanism_and_never_beside_a_strong_one
     strong = [{"id": "nccl-desync", "score": 0.7, "symptom_only": False}]
     differential.join_priors(strong, prior, {}, 0.1, lambda cid: [])
     assert [c["id"] for c in strong] == ["nccl-desync"]
+
+
+def test_two_folded_watchdog_records_with_different_sequence_numbers_are_a_desync() -> None:
+    rec = "WorkNCCL(\n  SeqNum={n},\n  OpType=ALLREDUCE,\n  NumelIn=4096,\n  NumelOut=4096,\n  Timeout(ms)=600000\n)\n"
+    a = analyze([analyze_inputs([("paste.txt", rec.format(n=12) + rec.format(n=13))])])
+    assert a["causes"][0]["id"] == "nccl-desync"
+    assert any("disagree" in e["text"] for e in a["causes"][0]["evidence"])
+    same = analyze([analyze_inputs([("paste.txt", rec.format(n=12) + rec.format(n=12))])])
+    assert not any("disagree" in e["text"] for c in same["causes"] for e in c["evidence"])

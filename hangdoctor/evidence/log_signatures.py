@@ -285,7 +285,10 @@ def _nccl_init(s: str) -> Optional[dict]:
 
 _WD_TRIGGER = re.compile(
     r"Watchdog caught collective operation timeout|last enqueued NCCL work|Timeout at NCCL work|"
-    r"watchdog got stuck for|detected by watchdog|last enqueued work:"
+    r"watchdog got stuck for|detected by watchdog|last enqueued work:|"
+    # the work record alone (ProcessGroupNCCL.cpp, WorkNCCL's operator<<): only the watchdog's
+    # timeout and error messages print it; posters paste it without the sentence before it
+    r"^\s*WorkNCCL\(SeqNum=\d+"
 )
 _WD_FIELDS = {
     "seqnum": (re.compile(r"SeqNum=(\d+)"), int),
@@ -300,7 +303,7 @@ _WD_FIELDS = {
 }
 
 
-@_matcher("watchdog-timeout", "atchdog", "NCCL work", "enqueued")
+@_matcher("watchdog-timeout", "atchdog", "NCCL work", "enqueued", "WorkNCCL(SeqNum")
 def _watchdog(s: str) -> Optional[dict]:
     if not _WD_TRIGGER.search(s):
         return None

@@ -275,3 +275,20 @@ def test_two_folded_watchdog_records_with_different_sequence_numbers_are_a_desyn
     assert any("disagree" in e["text"] for e in a["causes"][0]["evidence"])
     same = analyze([analyze_inputs([("paste.txt", rec.format(n=12) + rec.format(n=12))])])
     assert not any("disagree" in e["text"] for c in same["causes"] for e in c["evidence"])
+
+
+BLOCKED_LOOP = """```
+proxy         (router/router.py:127)
+do_proxy      (router/router.py:149)
+request       (httpx/_client.py:1527)
+build_request (httpx/_client.py:367)
+__call__      (weakref.py:590)
+_cleanup      (wandb/apis/public/service_api.py:31)
+```"""
+
+
+def test_code_that_does_not_wait_inside_an_async_http_call_blocks_the_event_loop() -> None:
+    assert "event-loop" in _obs(BLOCKED_LOOP).positions
+    assert _ids(BLOCKED_LOOP)[0] == "frontend-hang"
+    # the same code outside any HTTP stack says nothing of an event loop
+    assert "event-loop" not in _obs(BLOCKED_LOOP.replace("httpx/", "mylib/")).positions

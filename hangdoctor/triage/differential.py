@@ -144,6 +144,13 @@ _COMPILER = re.compile(r"(?:^|[/\s\"'])(?:nvcc|cicc|ptxas|cc1plus|cc1|ninja|nvli
                        r"g\+\+|gcc|c\+\+)(?:[\"'\s]|$)")
 
 
+_ASYNC_HTTP = ("httpx/", "aiohttp/", "starlette/", "fastapi/", "uvicorn/", "asyncio/", "uvloop/", "sse_starlette/")
+
+
+def _in_async_http(file: str) -> bool:
+    return any(p in file for p in _ASYNC_HTTP)
+
+
 def _wait_of(thread: Any) -> str:
     if any(not f.native and f.bare in _IMPORT_FRAMES for f in thread.frames):
         return "import"
@@ -152,6 +159,11 @@ def _wait_of(thread: Any) -> str:
                 not f.native and _TEARDOWN_PY.match(f.bare) and "torch/distributed" in f.file):
             return "teardown"
     kind = thread.wait_kind or "unknown"
+    if kind in ("unknown", "running") and any(not f.native and _in_async_http(f.file) for f in thread.frames):
+        # code that does not wait, inside an asyncio HTTP server's or client's call: the event
+        # loop runs it and serves nothing else until it returns (asyncio docs, "Developing with
+        # asyncio": a blocking call in a coroutine blocks the whole loop)
+        return "event-loop"
     return "collective" if kind.startswith("collective") else kind
 
 

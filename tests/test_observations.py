@@ -292,3 +292,14 @@ def test_code_that_does_not_wait_inside_an_async_http_call_blocks_the_event_loop
     assert _ids(BLOCKED_LOOP)[0] == "frontend-hang"
     # the same code outside any HTTP stack says nothing of an event loop
     assert "event-loop" not in _obs(BLOCKED_LOOP.replace("httpx/", "mylib/")).positions
+
+
+def test_requests_waiting_while_none_runs_is_a_scheduler_that_cannot_admit() -> None:
+    stuck = ("INFO 04-15 09:40:01 [loggers.py:127] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
+             "Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 1 reqs\n")
+    assert "queue-stuck" in _obs(stuck).positions
+    assert _ids(stuck)[0] == "request-deadlock"
+    busy = stuck.replace("Running: 0 reqs", "Running: 4 reqs")
+    assert "queue-stuck" not in _obs(busy).positions
+    # the last stats line counts: the queue drained afterwards
+    assert "queue-stuck" not in _obs(stuck + stuck.replace("Waiting: 1 reqs", "Waiting: 0 reqs")).positions

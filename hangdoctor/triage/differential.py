@@ -249,6 +249,7 @@ def observe(ev: Evidence) -> Observations:
                 break
     # the engine's own model of its log first; then the last line that one of the libraries'
     # own messages (generated from their source) matches; the generic lines otherwise
+    _queue_stuck(lines, obs)
     _script_stop(ev, lines, obs)
     _sizes_disagree(lines, obs)
     _versions_split(lines + _prose_lines(ev), obs)
@@ -395,6 +396,24 @@ def _versions_split(lines: list[str], obs: Observations) -> None:
             obs.positions.setdefault("version-split", Position(
                 "version-split", f"every failing configuration has {text}; no working one does"))
             return
+
+
+# vLLM's periodic scheduler stats (v1/metrics/loggers.py: "Running: %d reqs", "Waiting: %d
+# reqs"): requests waiting while none runs is a scheduler that cannot admit what waits (the KV
+# cache or the token budget too small for it, or a request it never picks)
+_STATS = re.compile(r"Running: (?P<run>\d+) reqs.{0,80}?Waiting: (?P<wait>\d+) reqs|"
+                    r"Waiting: (?P<wait2>\d+) reqs.{0,80}?Running: (?P<run2>\d+) reqs")
+
+
+def _queue_stuck(lines: list[str], obs: Observations) -> None:
+    last = None
+    for line in lines[-3000:]:
+        m = _STATS.search(line)
+        if m:
+            last = (int(m.group("run") or m.group("run2")), int(m.group("wait") or m.group("wait2")), line)
+    if last and last[0] == 0 and last[1] > 0:
+        obs.positions.setdefault("queue-stuck", Position(
+            "queue-stuck", f"{last[1]} request(s) waiting, none running: {last[2].strip()[:140]}"))
 
 
 # "the command, then its output": a pasted script and what it printed. The last line the run

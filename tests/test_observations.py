@@ -303,3 +303,15 @@ def test_requests_waiting_while_none_runs_is_a_scheduler_that_cannot_admit() -> 
     assert "queue-stuck" not in _obs(busy).positions
     # the last stats line counts: the queue drained afterwards
     assert "queue-stuck" not in _obs(stuck + stuck.replace("Waiting: 1 reqs", "Waiting: 0 reqs")).positions
+
+
+def test_a_text_shaped_by_a_bug_report_template_is_a_report() -> None:
+    from hangdoctor.parsers.prose import is_report
+    body = ["When deploying the server, the initialization process hangs indefinitely at the model download step.",
+            "The process never prints an error and it never times out either, which makes it hard to debug.",
+            "Expected: it should either succeed or fail with an error that says what is missing."]
+    assert is_report(["### What happened + What you expected to happen", "", *body])
+    assert not is_report(["## Design", "", *body])
+    ticket = "### What happened + What you expected to happen\n\n" + "\n".join(body) + "\n"
+    assert _obs(ticket, "ticket.md").phase == "init"
+    assert _obs(ticket.replace("### What happened + What you expected to happen", "## Design"), "ticket.md").phase is None

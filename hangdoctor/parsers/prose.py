@@ -153,10 +153,22 @@ def _code_runs(lines: list[str]) -> set[int]:
 _FIRST_PERSON = re.compile(r"(?<![\w'])(?:I|we|We|our|Our|my|My|me|us|I'm|I've|we've|We've)(?![\w'])")
 
 
+# the headings of the bug-report templates people fill in (.github/ISSUE_TEMPLATE of vLLM,
+# PyTorch, SGLang, Ray, ollama, DeepSpeed, TGI, llama.cpp): a text shaped by one is a report of
+# an incident, whatever its share of first-person words
+_TEMPLATE_HEADING = re.compile(
+    r"^\s*(?:#{1,6}\s*|\*\*)?(?:🐛\s*)?(?:Describe the bug|What happened(?: \+ What you expected to happen)?|"
+    r"What is the issue\??|Your current environment|Steps to reproduce|To Reproduce|Reproduction(?: script)?|"
+    r"Expected behaviou?r|Actual behaviou?r|System Info|Problem description(?: & steps to reproduce)?|"
+    r"First Bad Commit|Versions / Dependencies|Relevant log output)\s*:?(?:\*\*)?\s*$", re.I)
+
+
 def is_report(lines: list[str]) -> bool:
     """Whether a written text is someone's report of their own incident ("we run…", "my
     server…": ten first-person words in a thousand or more) rather than a write-up about hangs
     in general (a README, a design note: almost none)."""
+    if any(_TEMPLATE_HEADING.match(x) for x in lines[:400]):
+        return True
     words = sum(len(_WORD.findall(x)) for x in lines)
     if words < 20:
         return False

@@ -313,5 +313,5 @@ def test_a_text_shaped_by_a_bug_report_template_is_a_report() -> None:
     assert is_report(["### What happened + What you expected to happen", "", *body])
     assert not is_report(["## Design", "", *body])
     ticket = "### What happened + What you expected to happen\n\n" + "\n".join(body) + "\n"
-    assert _obs(ticket, "ticket.md").phase == "init"
+    assert _obs(ticket, "ticket.md").phase == "load"
     assert _obs(ticket.replace("### What happened + What you expected to happen", "## Design"), "ticket.md").phase is None

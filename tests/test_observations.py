@@ -315,3 +315,11 @@ def test_a_text_shaped_by_a_bug_report_template_is_a_report() -> None:
     ticket = "### What happened + What you expected to happen\n\n" + "\n".join(body) + "\n"
     assert _obs(ticket, "ticket.md").phase == "load"
     assert _obs(ticket.replace("### What happened + What you expected to happen", "## Design"), "ticket.md").phase is None
+
+
+def test_a_statement_the_poster_marks_as_hanging_places_the_stop() -> None:
+    script = "```\nimport ray\nray.init()\na = Actor.remote()\nray.get(a.f.remote())  # this hangs forever\n```\n"
+    pos = _obs(script, "ticket.md").positions
+    assert "remote-wait" in pos
+    assert _ids(script, "ticket.md")[0] == "rank-died"
+    assert not _obs(script.replace("# this hangs forever", "# returns 'ACTOR OK'"), "ticket.md").positions

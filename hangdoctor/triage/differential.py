@@ -428,26 +428,49 @@ _STATEMENT_WAITS: list[tuple[str, re.Pattern[str]]] = [
     ("rendezvous", re.compile(r"init_process_group\(|init_distributed\(|\brendezvous\(|TCPStore\(")),
     ("collective", re.compile(r"\b(?:all_reduce|all_gather\w*|broadcast\w*|barrier|all_to_all\w*|reduce_scatter\w*)\(")),
     ("load-call", re.compile(r"from_pretrained\(|load_state_dict\(|safe_open\(|torch\.load\(|snapshot_download\(")),
-    ("ipc-wait", re.compile(r"\bray\.get\(|\.result\(|\.join\(|\.get\(\s*\)|\.wait\(")),
+    # a remote task's or an actor's answer (ray.get, a future's result): it never comes when the
+    # worker that owes it died without the caller being told
+    ("remote-wait", re.compile(r"\bray\.get\(|\.result\(")),
+    ("ipc-wait", re.compile(r"\.join\(|\.get\(\s*\)|\.wait\(")),
     ("serving-call", re.compile(r"\.generate\(|\.chat\(|\.completions?\.|requests\.post\(|\.encode\(")),
 ]
 
 
+_HANG_COMMENT = re.compile(r"^(?P<stmt>\s*[^#\s][^#]*?)\s+#.*\b(?:hangs?|hung|stuck|blocks?|freezes|"
+                           r"never (?:returns|finishes|completes))\b", re.I)
+
+
+def _marks_hang(line: str, obs: Observations) -> bool:
+    """The poster's own comment on the statement that hangs ("ray.get(...)  # hangs forever")."""
+    m = _HANG_COMMENT.match(line)
+    if not m:
+        return False
+    for wait, rx in _STATEMENT_WAITS:
+        if rx.search(m.group("stmt")):
+            obs.positions.setdefault(wait, Position(
+                wait, f"the poster marks this statement as where it hangs: {line.strip()[:120]}"))
+            return True
+    return False
+
+
 def _script_stop(ev: Evidence, lines: list[str], obs: Observations) -> None:
     printed = [x.strip() for x in lines if x.strip()]
-    if not printed:
-        return
+    for x in lines[-3000:]:
+        if _marks_hang(x, obs):
+            return
     for s in ev.snapshots:
         for item in s.get("pasted_prose") or []:
             if not isinstance(item, dict) or not item.get("script"):
                 continue
             code = [x for x in item.get("lines") or [] if isinstance(x, str)]
+            if any(_marks_hang(x, obs) for x in code):
+                return
             literals = {}
             for i, x in enumerate(code):
                 m = _PRINT_LITERAL.match(x)
                 if m:
                     literals.setdefault(m.group("text").strip(), i)
-            if not literals:
+            if not literals or not printed:
                 continue
             last = next((x for x in reversed(printed) if x in literals), None)
             if last is None:

@@ -323,3 +323,11 @@ def test_a_statement_the_poster_marks_as_hanging_places_the_stop() -> None:
     assert "remote-wait" in pos
     assert _ids(script, "ticket.md")[0] == "rank-died"
     assert not _obs(script.replace("# this hangs forever", "# returns 'ACTOR OK'"), "ticket.md").positions
+
+
+def test_works_and_does_not_work_in_words_split_versions_too() -> None:
+    text = ("* Driver Version: 535.161.08 ,  CUDA Version: 12.2 : **works**\n"
+            "* Driver Version: 550.54.15,    CUDA Version: 12.4 : **doesn't work**\n")
+    assert "version-split" in _obs(text).positions
+    assert "version-split" not in _obs(text.replace("doesn't work", "works too")).positions
+    assert "version-split" in _obs(text.replace("doesn't work", "not working")).positions

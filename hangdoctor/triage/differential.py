@@ -361,8 +361,9 @@ def _is_loop_line(line: str) -> bool:
 # a poster's table of configurations, each marked as working or failing: when a version (alone
 # or with the hardware beside it) is what every failing row has and no working row has, the
 # version is what changed (a driver / runtime regression)
-_WORKS = re.compile(r"✅|✔|☑|\b(?:works|working|OK|passes|fine)\b")
-_FAILS = re.compile(r"❌|✗|✖|\b(?:hangs?|fails?|failing|stuck|broken)\b")
+_WORKS = re.compile(r"✅|✔|☑|\b(?:works|working|OK|passes|fine)\b")  # a line with both is skipped
+_FAILS = re.compile(r"❌|✗|✖|\b(?:hangs?|fails?|failing|stuck|broken|(?:doesn'?t|does not|didn'?t|did not) work|"
+                    r"not working)\b", re.I)
 _LABELLED = re.compile(r"(?P<label>[A-Za-z][\w-]*(?: [A-Za-z][\w-]*)?)\s*[:=]+\s*(?P<value>v?\d[\w.+-]*|[\w.+-]+)")
 _VERSIONISH = re.compile(r"^v?\d+(?:\.\d+)+")
 
@@ -370,7 +371,8 @@ _VERSIONISH = re.compile(r"^v?\d+(?:\.\d+)+")
 def _versions_split(lines: list[str], obs: Observations) -> None:
     rows: list[tuple[bool, set[tuple[str, str]]]] = []
     for line in lines[-2000:]:
-        w, f = bool(_WORKS.search(line)), bool(_FAILS.search(line))
+        f = bool(_FAILS.search(line))
+        w = bool(_WORKS.search(_FAILS.sub(" ", line)))  # "not working" is no "working"
         if w == f:
             continue
         items: set[tuple[str, str]] = set()

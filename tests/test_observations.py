@@ -331,3 +331,11 @@ def test_works_and_does_not_work_in_words_split_versions_too() -> None:
     assert "version-split" in _obs(text).positions
     assert "version-split" not in _obs(text.replace("doesn't work", "works too")).positions
     assert "version-split" in _obs(text.replace("doesn't work", "not working")).positions
+
+
+def test_an_f_string_print_places_the_stop_and_the_wait_after_an_async_launch_shows() -> None:
+    script = ("```python\nfor it in range(100):\n    x = make_inputs()\n    print(f\"iter {it}\", flush=True)\n"
+              "    out = fused_kernel(x)\n    torch.cuda.synchronize()\n```\n")
+    pos = _obs(script + "```\niter 0\niter 1\niter 2\n```\n", "ticket.md").positions
+    assert "cuda-sync" in pos and "synchronize" in pos["cuda-sync"].frame
+    assert "cuda-sync" not in _obs(script + "```\nsomething else\n```\n", "ticket.md").positions

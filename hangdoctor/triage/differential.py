@@ -421,7 +421,7 @@ def _queue_stuck(lines: list[str], obs: Observations) -> None:
 # "the command, then its output": a pasted script and what it printed. The last line the run
 # printed that the script prints literally places the stop at the script's next statement, and
 # what that statement calls says what it waits on
-_PRINT_LITERAL = re.compile(r"""^\s*print\(\s*f?(["'])(?P<text>[^"'{}]{2,120})\1\s*(?:,[^)]*)?\)\s*$""")
+_PRINT_LITERAL = re.compile(r"""^\s*print\(\s*(?P<f>f?)(["'])(?P<text>[^"']{2,120})\2\s*(?:,[^)]*)?\)\s*$""")
 _STATEMENT_WAITS: list[tuple[str, re.Pattern[str]]] = [
     # asyncio: run() / run_until_complete() block the thread until the awaited future is done on
     # this loop (a future of another loop never is: asyncio docs, "Future attached to a
@@ -434,6 +434,7 @@ _STATEMENT_WAITS: list[tuple[str, re.Pattern[str]]] = [
     # worker that owes it died without the caller being told
     ("remote-wait", re.compile(r"\bray\.get\(|\.result\(")),
     ("ipc-wait", re.compile(r"\.join\(|\.get\(\s*\)|\.wait\(")),
+    ("cuda-sync", re.compile(r"torch\.cuda\.synchronize\(|\.synchronize\(\)|\.item\(\)|\.cpu\(\)|\.tolist\(\)")),
     ("serving-call", re.compile(r"\.generate\(|\.chat\(|\.completions?\.|requests\.post\(|\.encode\(")),
 ]
 
@@ -467,23 +468,35 @@ def _script_stop(ev: Evidence, lines: list[str], obs: Observations) -> None:
             code = [x for x in item.get("lines") or [] if isinstance(x, str)]
             if any(_marks_hang(x, obs) for x in code):
                 return
-            literals = {}
+            literals: list[tuple[re.Pattern[str], int]] = []
             for i, x in enumerate(code):
                 m = _PRINT_LITERAL.match(x)
                 if m:
-                    literals.setdefault(m.group("text").strip(), i)
+                    text = m.group("text").strip()
+                    if m.group("f"):  # an f-string: each {…} stands for what it printed
+                        rx = "".join(".+?" if part.startswith("{") else re.escape(part)
+                                     for part in re.split(r"(\{[^{}]*\})", text))
+                    else:
+                        rx = re.escape(text)
+                    if re.sub(r"\\.|\.\+\?", "", rx).strip():
+                        literals.append((re.compile(rx + "$"), i))
             if not literals or not printed:
                 continue
-            last = next((x for x in reversed(printed) if x in literals), None)
-            if last is None:
+            hit = next(((x, i) for x in reversed(printed) for rx, i in literals if rx.match(x)), None)
+            if hit is None:
                 continue
-            nxt = next((x.strip() for x in code[literals[last] + 1:]
-                        if x.strip() and not x.strip().startswith("#")), "")
-            for wait, rx in _STATEMENT_WAITS:
-                if rx.search(nxt):
-                    obs.positions.setdefault(wait, Position(
-                        wait, f"the run printed {last!r} last; the script's next statement: {nxt[:100]}"))
-                    return
+            last, at = hit
+            # the statements after that print, up to the first that names a wait (a kernel
+            # launch returns at once; the synchronize after it is where the wait shows)
+            following = [x.strip() for x in code[at + 1:] if x.strip() and not x.strip().startswith("#")][:6]
+            for nxt in following:
+                for wait, rx in _STATEMENT_WAITS:
+                    if rx.search(nxt):
+                        obs.positions.setdefault(wait, Position(
+                            wait, f"the run printed {last!r} last; the script goes on to: {nxt[:100]}"))
+                        return
+                if _PRINT_LITERAL.match(nxt):
+                    break  # the next print was not reached: what comes after it never ran
 
 
 # a tqdm bar at its end ("100%|…| 23/23", "100% Completed | 1/1"); the start-up order of vLLM and

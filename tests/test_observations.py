@@ -339,3 +339,12 @@ def test_an_f_string_print_places_the_stop_and_the_wait_after_an_async_launch_sh
     pos = _obs(script + "```\niter 0\niter 1\niter 2\n```\n", "ticket.md").positions
     assert "cuda-sync" in pos and "synchronize" in pos["cuda-sync"].frame
     assert "cuda-sync" not in _obs(script + "```\nsomething else\n```\n", "ticket.md").positions
+
+
+def test_torchruns_banner_as_the_last_line_is_the_rendezvous() -> None:
+    banner = ("W0130 23:09:58.895000 1396 torch/distributed/run.py:779] *****************************************\n"
+              "W0130 23:09:58.895000 1396 torch/distributed/run.py:779] Setting OMP_NUM_THREADS environment variable "
+              "for each process to be 1 in default, to avoid your system being overloaded\n")
+    assert _obs(banner).phase == "rendezvous"
+    after = banner + "INFO 01-30 23:10:30 [loader.py:10] Loading weights took 30.2 seconds\n"
+    assert _obs(after).phase != "rendezvous"

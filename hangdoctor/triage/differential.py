@@ -56,7 +56,10 @@ _PHASE_LINES: list[tuple[str, re.Pattern[str]]] = [
                              r"cudaDev|NCCL_)|ncclCommInitRank|init_device_mesh|Init COMPLETE")),
     ("rendezvous", re.compile(r"init_process_group|TCPStore|[Rr]endezvous|store_based_barrier|"
                               r"Waiting for \d+ (?:other )?(?:ranks|workers|processes)|MASTER_ADDR|"
-                              r"world_size=\d+|init_distributed_environment")),
+                              r"world_size=\d+|init_distributed_environment|"
+                              # torch/distributed/run.py config_from_args prints it, then
+                              # elastic_launch starts the agent, whose first step is rendezvous
+                              r"Setting OMP_NUM_THREADS environment variable for each process")),
 ]
 
 _ERRORS: list[tuple[str, re.Pattern[str]]] = [

@@ -15,8 +15,15 @@ from pathlib import Path
 
 from tools.gen_knowledge import build as B
 from tools.gen_knowledge import selectors as S
-from tools.gen_knowledge.sources import (GitSource, SdistSource, Source, WheelSource, sdist_path,
-                                        stdlib_source, wheel_path)
+from tools.gen_knowledge.sources import (
+    GitSource,
+    SdistSource,
+    Source,
+    WheelSource,
+    sdist_path,
+    stdlib_source,
+    wheel_path,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "hangdoctor" / "knowledge" / "generated"

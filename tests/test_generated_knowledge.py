@@ -104,7 +104,8 @@ def test_counts_are_what_the_docs_say_roughly() -> None:
     classes = {w["wait_class"] for w in WDOC["wait_points"]}
     assert classes == set(B.WAIT_CLASSES)
     pkgs = {m["package"] for m in MDOC["messages"]}
-    assert {"torch", "nccl", "vllm", "sglang", "huggingface_hub", "text-generation-inference"} <= pkgs
+    assert {"torch", "nccl", "vllm", "sglang", "huggingface_hub", "text-generation-inference",
+            "llama-cpp-python", "ollama", "triton-core", "triton-python-backend"} <= pkgs
 
 
 # ------------------------------------------------------------------ committed == generated
@@ -218,6 +219,77 @@ def test_rust_and_go_messages() -> None:
         ("error", "timed out waiting for llama runner to start: %w")]
 
 
+def test_llama_cpp_macros() -> None:
+    """llama.cpp's log macros: the format argument (SLT_* after the slot), a lone "%s" whose
+    text is the next literal, a macro name pasted before the first literal, PRI macros."""
+    src = ('        SRV_INF("%s", "model loaded\\n");\n'
+           '    SLT_WRN(slot, "slot context shift, n_keep = %d, n_left = %d, n_discard = %d\\n", k, l, d);\n'
+           '    SLT_INF(*this,\n            "prompt processing, n_tokens = %6d\\n", n);\n'
+           '    LLAMA_LOG_INFO("%s: offloaded %d/%d layers to GPU\\n", __func__, a, b);\n'
+           '    GGML_LOG_ERROR(GGML_CUDA_NAME " error: %s\\n", msg);\n'
+           '    SRV_INF("n_pre_decode = %" PRId64 "\\n", n);\n'
+           '    LOG_WRN("%s\\n", ss.str().c_str());\n')
+    got = [(m.line, m.level, T.to_template(m.tokens)) for m in N.c_messages(src, S.LLAMA_MACROS)]
+    assert got == [(1, "info", "model loaded\n"),
+                   (2, "warning", "slot context shift, n_keep = %d, n_left = %d, n_discard = %d\n"),
+                   (3, "info", "prompt processing, n_tokens = %6d\n"),
+                   (5, "info", "%s: offloaded %d/%d layers to GPU\n"),
+                   (6, "error", "%s error: %s\n"),
+                   (7, "info", "n_pre_decode = %ld\n"),
+                   (8, "warning", "%s\n")]
+
+
+def test_triton_stream_and_concatenated_messages() -> None:
+    """C++ streams and std::string concatenations: each non-literal operand is a %s field;
+    std::endl is dropped; an expression with no literal, or a literal with '%', is skipped."""
+    src = ('    LOG_INFO << "loading: " << model_id << ":" << version;\n'
+           '  LOG_VERBOSE(1) << "Stopping backend thread for " << name_ << "..." << std::endl;\n'
+           '  LOG_MESSAGE(\n      TRITONSERVER_LOG_INFO,\n'
+           '      (std::string("Starting Python backend stub: ") + launch_command).c_str());\n'
+           '    return TRITONSERVER_ErrorNew(\n        TRITONSERVER_ERROR_INTERNAL,\n'
+           '        (std::string("Stub process \'") + instance_state->Name() +\n'
+           '         "\' is not healthy.")\n            .c_str());\n'
+           '  LOG_ERROR << err_msg;\n'
+           '  LOG_WARNING << "at 100% of " << x;\n'
+           '    std::cerr << "ggml_vulkan: Device with index " << dev_num << " does not exist." << std::endl;\n'
+           '  LOG_MESSAGE(TRITONSERVER_LOG_WARN, "Forcing CPU only input tensors.");\n')
+    got = [(m.line, m.level, m.macro, T.to_template(m.tokens)) for m in N.stream_messages(src)]
+    assert got == [(1, "info", "LOG_INFO", "loading: %s:%s"),
+                   (2, "debug", "LOG_VERBOSE", "Stopping backend thread for %s..."),
+                   (3, "info", "LOG_MESSAGE", "Starting Python backend stub: %s"),
+                   (6, "error", "TRITONSERVER_ErrorNew", "Stub process '%s' is not healthy."),
+                   (13, "warning", "cerr", "ggml_vulkan: Device with index %s does not exist."),
+                   (14, "warning", "LOG_MESSAGE", "Forcing CPU only input tensors.")]
+
+
+def test_go_sprintf_and_named_format() -> None:
+    go = ('const msg = "%s part %d stalled; retrying. If this persists, press ctrl-c to exit."\n'
+          'slog.Info(fmt.Sprintf(msg, b.Digest[7:19], part.N))\n'
+          'slog.Info(fmt.Sprintf("%s part %d attempt %d failed: %v, retrying in %s", d, n, t, err, s))\n'
+          'slog.Info(other)\n')
+    assert [(m.line, m.level, T.to_template(m.tokens)) for m in N.go_messages(go)] == [
+        (2, "info", "%s part %d stalled; retrying. If this persists, press ctrl-c to exit."),
+        (3, "info", "%s part %d attempt %d failed: %v, retrying in %s")]
+
+
+def test_sdist_source_reads_the_archive_without_unpacking(tmp_path: Path) -> None:
+    import io
+    import tarfile
+
+    from tools.gen_knowledge.sources import SdistSource
+
+    path = tmp_path / "pkg-1.0.tar.gz"
+    with tarfile.open(path, "w:gz") as tar:
+        data = b'LOG_INF("hello %s\\n", x);\n'
+        info = tarfile.TarInfo("pkg-1.0/vendor/lib/a.cpp")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    src = SdistSource(path, "pkg", "1.0")
+    assert src.names() == ["vendor/lib/a.cpp"] and src.match("vendor/**/*.cpp") == ["vendor/lib/a.cpp"]
+    assert src.read("vendor/lib/a.cpp") == data
+    assert src.describe() == {"package": "pkg", "version": "1.0", "origin": "pip:pkg==1.0", "archive": "sdist"}
+
+
 # ------------------------------------------------------------------ the reader
 @pytest.mark.parametrize("function,where,wait_class,package", [
     ("recv_bytes", "/usr/lib/python3.11/multiprocessing/connection.py", "ipc-queue", "cpython"),
@@ -268,6 +340,19 @@ def test_classify_frame_rules_out_frames_it_does_not_know(function: str, where: 
      "nccl-socket"),
     ("2024-01-01T00:00:00.000Z  INFO text_generation_launcher: Waiting for shard to be ready... rank=0", "tgi-shard-wait"),
     ("[2025-01-01 10:00:00] Watchdog timeout (self.watchdog_timeout=300)", "scheduler-watchdog-timeout"),
+    # lines as the new families' format strings print them (llama-server's slot prefix, Triton's
+    # glog prefix, ollama's slog text handler)
+    ("slot update_slots: id  0 | task 12 | slot context shift, n_keep = 0, n_left = 4094, n_discard = 2047",
+     "context-shift"),
+    ("srv  update_slots: failed to find free space in the KV cache, retrying with smaller batch size, "
+     "off = 0, n_batch = 256, ret = 1", "kv-cache-full"),
+    ("E1201 10:00:00.000123 77 python_be.cc:2684] Stub process 'model_0_0' is not healthy.", "stub-unhealthy"),
+    ("I1201 10:00:00.000123 77 model_lifecycle.cc:473] loading: model_0:1", "model-load"),
+    ('time=2025-01-01T00:00:00.000Z level=ERROR source=sched.go:1 msg="error loading llama server" '
+     'error="timed out waiting for llama runner to start - progress 0.00 - "', "runner-start-timeout"),
+    ('time=2025-01-01T00:00:00.000Z level=INFO source=download.go:1 msg="abcdef012345 part 3 stalled; '
+     'retrying. If this persists, press ctrl-c to exit, then \'ollama pull\' to find a faster connection."',
+     "pull-part-stalled"),
     ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
      "store-timeout"),
 ])

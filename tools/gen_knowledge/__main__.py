@@ -1,6 +1,7 @@
 """python -m tools.gen_knowledge [--cache DIR] [--repo NAME=PATH[@REV] ...] [--allow-missing]
 
-Obtains the sources the selectors name (wheels by ``pip download --no-deps`` into the cache,
+Obtains the sources the selectors name (wheels, and the sdists of packages that vendor C/C++
+source, by ``pip download --no-deps`` into the cache,
 git snapshots from ``--repo``, the running interpreter's standard library), runs the pure
 build and writes the two JSON files. Exit 0 when every selector found something, 1 otherwise
 (``--allow-missing`` writes anyway), 2 on a bad argument.
@@ -14,7 +15,15 @@ from pathlib import Path
 
 from tools.gen_knowledge import build as B
 from tools.gen_knowledge import selectors as S
-from tools.gen_knowledge.sources import GitSource, Source, WheelSource, stdlib_source, wheel_path
+from tools.gen_knowledge.sources import (
+    GitSource,
+    SdistSource,
+    Source,
+    WheelSource,
+    sdist_path,
+    stdlib_source,
+    wheel_path,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "hangdoctor" / "knowledge" / "generated"
@@ -26,6 +35,8 @@ def load_sources(cache: Path, repos: dict[str, Path], errors: list[str]) -> list
         try:
             if kind == "pip":
                 out.append(WheelSource(wheel_path(cache, name, version), name, version))
+            elif kind == "sdist":
+                out.append(SdistSource(sdist_path(cache, name, version), name, version))
             elif kind == "git":
                 if name not in repos:
                     if not version:  # said once per repository

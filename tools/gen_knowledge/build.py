@@ -58,7 +58,7 @@ class Msg:
     levels: tuple[str, ...] = ()  # empty: any
     via: str = ""  # "log" | "raise" | "warn" | "print" ("" any; a catch-all skips raise / print)
     function: str = ""  # regex, fullmatch on the enclosing function's qualname
-    lang: str = "py"  # "py" | "c" | "rust" | "go" | "strings"
+    lang: str = "py"  # "py" | "c" | "cxx" (C++ streams / concatenation) | "rust" | "go" | "strings"
     macros: dict[str, tuple[str, int]] = field(default_factory=dict)  # lang "c"
     min_literal: int = 8
     root: str = ""
@@ -176,6 +176,8 @@ def _raw_messages(sel: Msg, src: Source, f: str) -> list[tuple[int, str, str, st
         return [(m.line, m.level, m.via, m.function, m.tokens) for m in _parse_py(src, f)[1]]
     if sel.lang == "c":
         return [(m.line, m.level, m.macro, "", m.tokens) for m in N.c_messages(src.text(f), sel.macros)]
+    if sel.lang == "cxx":
+        return [(m.line, m.level, m.macro, "", m.tokens) for m in N.stream_messages(src.text(f))]
     if sel.lang == "rust":
         return [(m.line, m.level, m.macro, "", m.tokens) for m in N.rust_messages(src.text(f))]
     if sel.lang == "go":

@@ -36,7 +36,12 @@ SOURCES: list[tuple[str, str, str]] = [
     ("git", "nccl", "v2.18.6-1"),  # torch 2.1-2.3
     ("git", "text-generation-inference", ""),
     ("git", "flashinfer", ""),
-    ("git", "ollama", ""),
+    ("git", "ollama", ""),  # HEAD: ollama drives llama-server (llm/llama_server.go)
+    ("git", "ollama", "v0.12.11"),  # its own Go runners (llamarunner / ollamarunner): most reports
+    ("git", "triton-server", ""),  # NVIDIA Triton Inference Server: the front ends
+    ("git", "triton-core", ""),  # the model lifecycle, the server's shutdown wait
+    ("git", "triton-python-backend", ""),  # the Python backend and its stub processes
+    ("sdist", "llama-cpp-python", "0.3.36"),  # vendors llama.cpp (vendor/llama.cpp): server, src, ggml
     ("git", "deepspeed", ""),
     ("git", "lmdeploy", ""),
     ("stdlib", "cpython", ""),
@@ -915,7 +920,221 @@ MESSAGES += [
     Msg("tgi.router", "text-generation-inference", ["router/src/server.rs", "router/src/infer/*.rs"],
         "tgi-router", "state", "serving", "TGI's router reports its state.", lang="rust",
         levels=("warning", "error")),
-    Msg("ollama.runner", "ollama", ["llm/server.go"], "ollama-runner", "state", "load",
+]
+
+# ---------------------------------------------------------------------------- llama.cpp
+# read from llama-cpp-python's sdist, which carries llama.cpp's tree under vendor/llama.cpp.
+# common/log.h: LOG_INF(fmt, ...); tools/server/server-common.h: SRV_INF(fmt, ...) and
+# SLT_INF(slot, fmt, ...) prefix "srv  <func>: " / "slot <func>: id N | task N | "; src/llama-impl.h
+# LLAMA_LOG_INFO(fmt, ...), ggml/src/ggml-impl.h GGML_LOG_INFO(fmt, ...).
+LLAMA_MACROS = {f"{p}_{lv}": (level, 1 if p == "SLT" else 0)
+                for p in ("LOG", "SRV", "SLT", "QUE")
+                for lv, level in (("INF", "info"), ("WRN", "warning"), ("ERR", "error"), ("DBG", "debug"))}
+LLAMA_MACROS.update({f"{p}_{lv}": (level, 0) for p in ("LLAMA_LOG", "GGML_LOG")
+                     for lv, level in (("INFO", "info"), ("WARN", "warning"), ("ERROR", "error"),
+                                       ("DEBUG", "debug"))})
+LC = "vendor/llama.cpp/"
+LC_SERVER = [LC + "tools/server/server.cpp", LC + "tools/server/server-context.cpp",
+             LC + "tools/server/server-http.cpp", LC + "tools/server/server-queue.cpp"]
+LC_SRC = [LC + "src/llama.cpp", LC + "src/llama-model-loader.cpp", LC + "src/llama-model.cpp",
+          LC + "src/llama-context.cpp", LC + "src/llama-kv-cache.cpp"]
+LC_GGML = [LC + "ggml/src/ggml-backend.cpp", LC + "ggml/src/ggml-alloc.c",
+           LC + "ggml/src/ggml-cuda/ggml-cuda.cu", LC + "ggml/src/ggml-vulkan/ggml-vulkan.cpp",
+           LC + "ggml/src/ggml-metal/ggml-metal.cpp", LC + "ggml/src/ggml-metal/ggml-metal-context.m",
+           LC + "ggml/src/ggml-metal/ggml-metal-device.m"]
+LCPP = "llama-cpp-python"
+
+MESSAGES += [
+    Msg("llamacpp.kv-no-space", LCPP, [LC + "tools/server/server-context.cpp"], "kv-cache-full", "symptom",
+        "serving", "llama_decode found no free KV cells for the batch: llama-server clears idle slots "
+        "or halves the batch and retries; the running slots hold the whole cache.",
+        [("request-deadlock", 0.1), ("gpu-oom", 0.05)], lang="c", macros=LLAMA_MACROS,
+        text=r"failed to find free space in the KV cache"),
+    Msg("llamacpp.decode-failed", LCPP, [LC + "tools/server/server-context.cpp"], "decode-failed",
+        "mechanism", "serving", "A decode failed (compute error, invalid batch, an exception in "
+        "pre/post decode): every processing slot gets the error and is released.",
+        [("gpu-fault", 0.15)], lang="c", macros=LLAMA_MACROS, levels=("error",),
+        text=r"off = %d, n_batch = %d, ret = %d|(pre_|post_)?decode\(\) failed|failed to process "
+             r"speculative batch|failed to (decode|encode|process) mtmd"),
+    Msg("llamacpp.context-shift", LCPP, [LC + "tools/server/server-context.cpp"], "context-shift", "state",
+        "serving", "A slot's context is full: llama-server discards n_discard tokens after n_keep and "
+        "goes on generating (a request with no stop and no n_predict can run on like this).",
+        lang="c", macros=LLAMA_MACROS, text=r"^slot context shift"),
+    Msg("llamacpp.load-failed", LCPP, LC_SERVER + [LC + "src/llama.cpp"], "model-load-error", "mechanism",
+        "load", "llama.cpp could not load the model or create its context; llama-server exits.",
+        [("rank-died", 0.2), ("gpu-oom", 0.1)], lang="c", macros=LLAMA_MACROS, levels=("error",),
+        text=r"failed to load model|failed to create_context|exiting due to model loading error|"
+             r"failed to load models on startup|error loading model|failed to load draft model"),
+    Msg("llamacpp.alloc-failed", LCPP, LC_SRC + LC_GGML, "gpu-alloc-failed", "mechanism", "load",
+        "A device (or host) buffer for weights, the KV cache or the compute graph could not be "
+        "allocated.", [("gpu-oom", 0.35)], lang="c", macros=LLAMA_MACROS, levels=("error", "warning"),
+        text=r"failed to allocate|cudaMalloc failed|out of memory|unable to allocate"),
+    Msg("llamacpp.http-failed", LCPP, [LC + "tools/server/server.cpp", LC + "tools/server/server-http.cpp"],
+        "http-server-failed", "mechanism", "init", "llama-server's HTTP listener could not bind / start "
+        "or stopped: the process exits or no request reaches it.", [("frontend-hang", 0.2)], lang="c",
+        macros=LLAMA_MACROS, levels=("error",),
+        text=r"couldn't bind HTTP|couldn't start HTTP listener|failed to initialize HTTP server|"
+             r"exiting due to HTTP server error|stopped unexpectedly"),
+    Msg("llamacpp.server-load", LCPP, LC_SERVER, "llama-server-phase", "progress", "load",
+        "llama-server's start-up: loading the model, the model loaded, the slots initialised.",
+        lang="c", macros=LLAMA_MACROS,
+        text=r"^loading model|^initializing|loaded multimodal model"),
+    Msg("llamacpp.server-listening", LCPP, LC_SERVER, "llama-server-phase", "progress", "serving",
+        "llama-server has its model loaded and listens for requests, sleeps / wakes when idle, or "
+        "cleans up before exit.", lang="c", macros=LLAMA_MACROS,
+        text=r"^model loaded|^listening on|sleeping state|cleaning up before exit|starting server in "
+             r"router mode"),
+    Msg("llamacpp.slot-progress", LCPP, [LC + "tools/server/server-context.cpp"], "slot-progress", "progress",
+        "serving", "A slot picks a task, processes the prompt, generates and stops: requests are moving.",
+        lang="c", macros=LLAMA_MACROS,
+        text=r"prompt processing|^n_gen =|stop processing|processing task|selected slot|eval time =|"
+             r"total time =|draft tokens"),
+    Msg("llamacpp.router", LCPP, [LC + "tools/server/server-models.cpp"], "llama-router-instance", "state",
+        "any", "llama-server's router spawns, waits for, stops or kills a model instance.",
+        lang="c", macros=LLAMA_MACROS,
+        text=r"force-killing|exited with status|still loading|waiting until model|spawning server "
+             r"instance|is not running|still alive|queued"),
+    Msg("llamacpp.server-other", LCPP, LC_SERVER, "llama-server-state", "state", "any",
+        "llama-server reports a warning or an error.", lang="c", macros=LLAMA_MACROS,
+        levels=("warning", "error"), min_literal=20),  # "failed to create %s" says too little
+    Msg("llamacpp.load-progress", LCPP, LC_SRC, "model-load", "progress", "load",
+        "llama.cpp loads the model: the GGUF metadata, tensors, layers offloaded, buffers sized.",
+        lang="c", macros=LLAMA_MACROS,
+        text=r"loaded meta data|offloaded %d/%d layers|model buffer size|KV buffer size|compute buffer "
+             r"size|constructing llama_context|file size|loading additional|partial load"),
+    Msg("ggml.cuda-init-failed", LCPP, [LC + "ggml/src/ggml-cuda/ggml-cuda.cu"], "gpu-init-failed",
+        "mechanism", "init", "ggml's CUDA backend could not initialise (cudaGetDeviceCount failed): no "
+        "GPU is used, or the process stops.", [("driver-or-runtime-mismatch", 0.35)], lang="c",
+        macros=LLAMA_MACROS, levels=("error",), text=r"failed to initialize %s"),
+    Msg("ggml.cuda-error", LCPP, [LC + "ggml/src/ggml-cuda/ggml-cuda.cu"], "cuda-error", "mechanism", "any",
+        "A CUDA call in ggml failed (ggml_cuda_error: the error, the device and the call), then "
+        "GGML_ABORT.", [("gpu-fault", 0.25), ("gpu-oom", 0.1)], lang="c", macros=LLAMA_MACROS,
+        levels=("error",), text=r"current device: %d, in function"),
+    Msg("ggml.vulkan-lost", LCPP, [LC + "ggml/src/ggml-vulkan/ggml-vulkan.cpp"], "gpu-device-lost",
+        "mechanism", "any", "The Vulkan device was lost or faulted while ggml waited on a submission "
+        "(a driver reset or a faulting shader).", [("gpu-fault", 0.3), ("driver-or-runtime-mismatch", 0.15)],
+        lang="c", macros=LLAMA_MACROS, levels=("error",),
+        text=r"device lost|device fault|waitForFences error|getFenceStatus"),
+    Msg("ggml.metal-failed", LCPP, [LC + "ggml/src/ggml-metal/ggml-metal-context.m",
+                                    LC + "ggml/src/ggml-metal/ggml-metal-device.m"], "gpu-device-lost",
+        "mechanism", "any", "A Metal command buffer failed, or the Metal device / library could not be "
+        "set up.", [("gpu-fault", 0.25), ("driver-or-runtime-mismatch", 0.1)], lang="c",
+        macros=LLAMA_MACROS, levels=("error",),
+        text=r"command buffer %d failed|error state from a previous command buffer|failed to create "
+             r"command queue|failed to initialize the Metal library"),
+    Msg("ggml.device-init", LCPP, [LC + "ggml/src/ggml-cuda/ggml-cuda.cu",
+                                   LC + "ggml/src/ggml-vulkan/ggml-vulkan.cpp",
+                                   LC + "ggml/src/ggml-metal/ggml-metal-context.m",
+                                   LC + "ggml/src/ggml-metal/ggml-metal-device.m"], "gpu-device-init",
+        "state", "init", "ggml lists the devices its backend found (CUDA, Vulkan, Metal) and loads or "
+        "compiles the Metal library.", lang="c", macros=LLAMA_MACROS,
+        text=r"found %d %s devices|^  Device %d:|Found %zu Vulkan devices|ggml_vulkan: %zu = |No devices "
+             r"found|found device|picking default device|loaded in %|compiled in %"),
+    Msg("ggml.vulkan-init-failed", LCPP, [LC + "ggml/src/ggml-vulkan/ggml-vulkan.cpp"], "gpu-init-failed",
+        "mechanism", "init", "ggml's Vulkan backend rejects the instance or device (Vulkan version, "
+        "queue family, device index, missing features).", [("driver-or-runtime-mismatch", 0.3)],
+        lang="cxx", text=r"Vulkan 1.2 required|No suitable queue family|does not exist|Invalid device "
+                          r"index|does not support 16-bit storage|Compute pipeline creation failed"),
+]
+
+# ---------------------------------------------------------------------------- NVIDIA Triton
+# LOG_INFO << ... (core, server, the Python stub), LOG_MESSAGE(TRITONSERVER_LOG_*, ...) and
+# TRITONSERVER_ErrorNew(...) (the backend API): lang "cxx"
+TCORE_LIFE = "src/model_repository_manager/model_lifecycle.cc"
+TPB = ["src/python_be.cc", "src/stub_launcher.cc", "src/pb_stub.cc"]
+MESSAGES += [
+    Msg("triton.load-failed", "triton-core", [TCORE_LIFE], "model-load-error", "state", "load",
+        "Triton could not load a model version: it stays UNAVAILABLE (a server started with strict "
+        "readiness never turns ready).", [("rank-died", 0.1)], lang="cxx", text=r"^failed to load"),
+    Msg("triton.load", "triton-core", [TCORE_LIFE], "model-load", "progress", "load",
+        "Triton's model lifecycle: a model version starts loading.", lang="cxx", text=r"^loading: "),
+    Msg("triton.loaded", "triton-core", [TCORE_LIFE], "model-load", "progress", "serving",
+        "Triton's model lifecycle: a model is loaded (ready to serve).", lang="cxx",
+        text=r"^successfully loaded"),
+    Msg("triton.unloaded", "triton-core", [TCORE_LIFE], "model-unload", "progress", "shutdown",
+        "Triton's model lifecycle: a model version is unloaded.", lang="cxx",
+        text=r"^successfully unloaded"),
+    Msg("triton.inflight-wait", "triton-core", ["src/server.cc"], "inflight-wait", "symptom", "shutdown",
+        "On exit Triton counts down (--exit-timeout-secs) while models still have in-flight "
+        "inferences or requests: a request a model never finishes holds it.", [("request-deadlock", 0.15)], lang="cxx",
+        text=r"^Timeout %s: Found|has %s in-flight"),
+    Msg("triton.core-other", "triton-core", [TCORE_LIFE, "src/server.cc",
+                                            "src/model_repository_manager/model_repository_manager.cc"],
+        "triton-core-state", "state", "any", "Triton's core reports a model repository / lifecycle "
+        "state or error.", lang="cxx", levels=("info", "warning", "error")),
+    Msg("triton.listening", "triton-server", ["src/grpc/grpc_server.cc", "src/http_server.cc"],
+        "triton-server-listening", "progress", "serving", "Triton's HTTP / gRPC / metrics front end "
+        "started.", lang="cxx", text=r"^Started "),
+    Msg("triton.frontend-exit-wait", "triton-server", ["src/grpc/grpc_server.cc", "src/http_server.cc"],
+        "inflight-wait", "symptom", "shutdown", "On exit a Triton front end waits for its open "
+        "connections / requests.", [("request-deadlock", 0.1), ("frontend-hang", 0.1)], lang="cxx",
+        text=r"^Timeout %s: Found"),
+    Msg("triton.stub-unhealthy", "triton-python-backend", TPB, "stub-unhealthy", "symptom", "any",
+        "The Python backend found its stub process not alive (waitpid) or its health mutex not taken "
+        "in time: the stub was killed (OOM killer, a crash) or is stuck holding the lock.",
+        [("rank-died", 0.2), ("host-oom-or-swap", 0.1)], lang="cxx",
+        text=r"not healthy|health mutex|waitpid failed|Non-graceful termination"),
+    Msg("triton.stub-launch-failed", "triton-python-backend", TPB, "stub-launch-failed", "mechanism", "load",
+        "The Python backend could not start or initialise its stub process.", [("rank-died", 0.25)],
+        lang="cxx", levels=("error", "info"),
+        text=r"Launch stub process failed|Failed to fork the stub|Failed to (pre)?initialize Python stub|"
+             r"unexpected response from Python backend stub"),
+    Msg("triton.stub-launch", "triton-python-backend", TPB, "stub-launch", "progress", "load",
+        "The Python backend starts a stub process and waits for its health thread and init reply.",
+        lang="cxx", text=r"Starting Python backend stub|Waiting for the stub|ModelInstanceInitialize"),
+    Msg("triton.python-backend-other", "triton-python-backend", TPB, "python-backend-state", "state", "any",
+        "Triton's Python backend reports an error.", lang="cxx", levels=("error",)),
+]
+
+# ---------------------------------------------------------------------------- ollama (Go)
+OLLAMA_OLD = "ollama==c1149875234a51aa1e5e60b74f3807f5982c60fa"  # v0.12.11: the Go runners
+MESSAGES += [
+    Msg("ollama.runner-timeout", "ollama*", ["llm/server.go", "llm/llama_server.go"], "runner-start-timeout",
+        "symptom", "load", "The runner (llama runner / llama-server) did not report ready within "
+        "OLLAMA_LOAD_TIMEOUT with no load progress: ollama gives up the load.",
+        [("io-stall", 0.15), ("driver-or-runtime-mismatch", 0.1)], lang="go",
+        text=r"timed out waiting for llama(-server| runner) to start"),
+    Msg("ollama.runner-died", "ollama*", ["llm/server.go", "llm/llama_server.go"], "runner-died",
+        "mechanism", "any", "The runner process exited (its exit status / last error follow) while "
+        "loading or serving.", [("rank-died", 0.35), ("gpu-oom", 0.05)], lang="go",
+        text=r"(llama runner|llama-server) (process )?(has terminated|terminated|no longer running)|"
+             r"model runner has unexpectedly stopped"),
+    Msg("ollama.runner-oom", "ollama*", ["llm/server.go", "llm/llama_server.go"], "runner-oom", "mechanism",
+        "load", "The model does not fit: the memory layout cannot be allocated, or the runner "
+        "reported out of memory at start-up.", [("gpu-oom", 0.3)], lang="go",
+        text=r"failed to allocate memory for model|memory layout cannot be allocated|failed to commit "
+             r"memory|out-of-memory during startup|unable to load full model on GPU"),
+    Msg("ollama.runner-host-memory", OLLAMA_OLD, ["llm/server.go"], "runner-oom", "mechanism", "load",
+        "The model needs more system memory than is free.", [("host-oom-or-swap", 0.3)], lang="go",
+        text=r"more system memory|too large for system"),
+    Msg("ollama.no-slot", "ollama*", ["llm/server.go", "llm/llama_server.go"], "no-free-slot", "symptom",
+        "serving", "The runner answered 'no slot available' to every retry: all its parallel slots are "
+        "busy.", [("request-deadlock", 0.15)], lang="go", text=r"no slots available after"),
+    Msg("ollama.runner-start", "ollama*", ["llm/server.go"], "ollama-runner-start", "progress", "load",
+        "ollama starts its runner and polls its health until it reports ready.", lang="go",
+        text=r"waiting for llama runner to start responding|waiting for server to become available|"
+             r"^starting runner|^loading model|using llama-server for model"),
+    Msg("ollama.runner-started", OLLAMA_OLD, ["llm/server.go"], "ollama-runner-start", "progress", "serving",
+        "The runner reported ready: the model is loaded and requests go to it.", lang="go",
+        text=r"llama runner started in"),
+    Msg("ollama.runner-main", OLLAMA_OLD, ["runner/llamarunner/runner.go", "runner/ollamarunner/runner.go"],
+        "ollama-runner-start", "progress", "load", "The runner process starts and loads the model.",
+        lang="go", text=r"^starting (go runner|ollama engine)$|^load$"),
+    Msg("ollama.context-shift", OLLAMA_OLD, ["runner/llamarunner/cache.go", "runner/ollamarunner/cache.go"],
+        "context-shift", "state", "serving", "The runner's slot reached num_ctx and shifts (or cannot "
+        "shift) its context to keep generating.", lang="go", text=r"shift"),
+    Msg("ollama.pull-stalled", "ollama*", ["server/download.go"], "pull-part-stalled", "symptom", "load",
+        "A blob part of 'ollama pull' made no progress for the stall timeout; the part is retried.",
+        [("io-stall", 0.2)], lang="go", text=r"part %d stalled|^part stalled$"),
+    Msg("ollama.pull-retry", "ollama*", ["server/download.go"], "pull-part-retry", "state", "load",
+        "A blob part download failed and is retried with back-off, or ran out of retries.",
+        [("io-stall", 0.1)], lang="go", text=r"attempt %d failed|max retries exceeded|backing off"),
+    Msg("ollama.pull", "ollama*", ["server/download.go"], "pull-progress", "progress", "load",
+        "ollama pull downloads a blob in parts.", lang="go", text=r"^downloading %s in"),
+    Msg("ollama.sched", "ollama*", ["server/sched.go"], "ollama-scheduler", "state", "any",
+        "ollama's scheduler reports a load, an eviction, the memory it predicts, or a failure.",
+        lang="go", levels=("info", "warning", "error")),
+    Msg("ollama.runner", "ollama*", ["llm/server.go"], "ollama-runner", "state", "any",
         "ollama reports starting / waiting for its llama runner, or its failure.",
-        [("rank-died", 0.05)], lang="go"),
+        [("rank-died", 0.05)], lang="go", levels=("info", "warning", "error")),
 ]

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 import sysconfig
+import tarfile
 import zipfile
 from pathlib import Path
 
@@ -73,6 +74,36 @@ class WheelSource(Source):
         return self._zip.read(name)
 
 
+class SdistSource(Source):
+    """A source distribution (.tar.gz) read without building it: the C/C++ a Python package
+    vendors (llama-cpp-python carries llama.cpp under vendor/llama.cpp). Names are relative to
+    the archive's top folder."""
+
+    def __init__(self, path: Path, package: str, version: str) -> None:
+        self.path = path
+        self.package, self.version = package, version
+        self.origin = f"pip:{package}=={version}"
+        self._tar = tarfile.open(path, "r:gz")
+        self._members = {}
+        for m in self._tar.getmembers():
+            if m.isfile():
+                self._members[m.name.partition("/")[2]] = m
+        self._names = sorted(self._members)
+
+    def describe(self) -> dict:
+        d = super().describe()
+        d["archive"] = "sdist"
+        return d
+
+    def names(self) -> list[str]:
+        return self._names
+
+    def read(self, name: str) -> bytes:
+        f = self._tar.extractfile(self._members[name])
+        assert f is not None
+        return f.read()
+
+
 class GitSource(Source):
     """A repository read at one commit (``rev``, default HEAD) without a work tree: a bare
     snapshot or the .git of a clone."""
@@ -87,8 +118,8 @@ class GitSource(Source):
 
     def describe(self) -> dict:
         d = super().describe()
-        if self.ref != "HEAD":
-            d["ref"] = self.ref  # the tag the commit was asked for (v2.21.5-1)
+        if self.ref not in ("HEAD", self.version):
+            d["ref"] = self.ref  # the tag the commit was asked for (v2.21.5-1), not a sha
         return d
 
     def _git(self, *args: str) -> str:
@@ -157,6 +188,30 @@ def wheel_path(cache: Path, package: str, version: str) -> Path:
         found = find()
     if found is None:
         raise FileNotFoundError(f"no wheel for {package}=={version} in {cache}")
+    return found
+
+
+def sdist_path(cache: Path, package: str, version: str) -> Path:
+    """The source distribution for package==version in the cache, downloaded with pip when it
+    is not there (pip prepares its metadata, which installs the build requirements into an
+    isolated folder; nothing is built or installed here)."""
+    cache.mkdir(parents=True, exist_ok=True)
+
+    def find() -> Path | None:
+        for p in sorted(cache.glob("*.tar.gz")):
+            name, _, ver = p.name[: -len(".tar.gz")].rpartition("-")
+            if _norm(name) == _norm(package) and ver == version:
+                return p
+        return None
+
+    found = find()
+    if found is None:
+        print(f"gen_knowledge: pip download {package}=={version} (sdist)", file=sys.stderr)
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+                        f"{package}=={version}", "-d", str(cache)], check=True, stdout=subprocess.DEVNULL)
+        found = find()
+    if found is None:
+        raise FileNotFoundError(f"no sdist for {package}=={version} in {cache}")
     return found
 
 

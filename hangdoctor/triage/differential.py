@@ -558,6 +558,20 @@ def _phase_of_messages(lines: list[str]) -> tuple[str, str] | None:
     return None
 
 
+# what a position read from a log or a paste (not from a process's stack) says, in words
+_SAID = {
+    "size-mismatch": "ranks print different sizes beside the same collective",
+    "log-repeats": "the log repeats one line: a loop that makes no progress",
+    "queue-stuck": "requests wait and none runs",
+    "version-split": "a version separates the failing configurations from the working ones",
+    "event-loop": "the stop is on an event loop",
+    "remote-wait": "the stop waits for a remote task's answer",
+    "load-call": "the stop is in a load",
+    "serving-call": "the stop is in a request",
+    "compile": "a compiler runs",
+}
+
+
 def prior_signals(obs: Observations) -> dict[str, list[dict[str, Any]]]:
     """cause -> the positions that speak for it (text, weight), from priors.json."""
     data = priors()
@@ -577,7 +591,7 @@ def prior_signals(obs: Observations) -> dict[str, list[dict[str, Any]]]:
                 who = f"{len(pos.pids)} process(es)" if len(pos.pids) != 1 else f"pid {pos.pids[0]}"
                 add(table, f"{who} wait in {w}" + (f" ({pos.frame})" if pos.frame else ""))
             else:  # read from the log or the poster's paste, not from a process's stack
-                add(table, f"the evidence stands at {w}: {pos.frame}")
+                add(table, f"{_SAID.get(w, 'the evidence stands at ' + w)}: {pos.frame}")
     if obs.phase and obs.phase in data["phase"]:
         table = data["phase"][obs.phase]
         if obs.phase_said:

@@ -727,9 +727,13 @@ MESSAGES += [
 MESSAGES += [
     # ---- vLLM 0.11
     Msg("vllm.shm-wait", "vllm*", [SHM], "shm-broadcast-wait", "symptom", "serving",
-        "A shared-memory broadcast block stayed busy: a reader or the writer is hung or busy "
-        "(compilation, a collective, a dead worker).",
-        [("rank-died", 0.15), ("nccl-desync", 0.1), ("compile-in-progress", 0.1)],
+        "A shared-memory broadcast block stayed busy: the writer (acquire_write) waits for a reader "
+        "that has not read the last block, or a reader (acquire_read) for a write that has not come. "
+        "Some peer process is stuck or busy; the message does not say which way: a kernel that does "
+        "not finish, a collective another rank never joins, a lock, compilation (its own note), or a "
+        "worker that died.",
+        [("rank-died", 0.1), ("nccl-desync", 0.1), ("gpu-kernel-spin", 0.1), ("compile-in-progress", 0.1),
+         ("lock-contention", 0.05)],
         text=r"No available shared memory broadcast block"),
     Msg("vllm.shm-other", "vllm*", [SHM], "shm-broadcast-state", "state", "init",
         "vLLM's shared-memory message queue reports its set-up or a misuse."),

@@ -239,6 +239,22 @@ def test_llama_cpp_macros() -> None:
                    (8, "warning", "%s\n")]
 
 
+def test_ollama_2024_cpp_runner_macros() -> None:
+    """ollama's C++ runner (llm/ext_server/server.cpp, 2024): LOG_INFO("text", {json fields}) is
+    the text; a format held in a buffer is skipped; llama.cpp's LLAMA_LOG_INFO is not LOG_INFO."""
+    src = ('                    LOG_INFO("slot context shift", {\n'
+           '                        {"id_slot", slot.id}, {"n_keep", n_keep}});\n'
+           '    LOG_VERBOSE("no slot is available", {{"task_id", task.id}});\n'
+           '        LOG_DEBUG(buffer, {{"id_slot", id}});\n'
+           '    LOG_WRN("%s : failed to find free space in the KV cache, retrying with smaller n_batch = %d\\n", __func__, n);\n'
+           '    LLAMA_LOG_INFO("%s: offloaded %d/%d layers to GPU\\n", __func__, a, b);\n')
+    got = [(m.line, m.level, T.to_template(m.tokens)) for m in N.c_messages(src, S.OLD_SERVER_MACROS)]
+    assert got == [(1, "info", "slot context shift"),
+                   (3, "debug", "no slot is available"),
+                   (5, "warning", "%s : failed to find free space in the KV cache, retrying with smaller n_batch = %d\n"),
+                   (6, "info", "%s: offloaded %d/%d layers to GPU\n")]
+
+
 def test_triton_stream_and_concatenated_messages() -> None:
     """C++ streams and std::string concatenations: each non-literal operand is a %s field;
     std::endl is dropped; an expression with no literal, or a literal with '%', is skipped."""
@@ -355,6 +371,16 @@ def test_classify_frame_rules_out_frames_it_does_not_know(function: str, where: 
      "pull-part-stalled"),
     ("torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/2 clients joined.",
      "store-timeout"),
+    # ollama of 2024: the pull's shorter wording, the C++ runner's JSON lines, the vendored llama.cpp
+    ('time=2024-01-01T00:00:00.000Z level=INFO source=download.go:1 msg="0123456789ab part 7 stalled; retrying"',
+     "pull-part-stalled"),
+    ('{"function":"update_slots","level":"INFO","line":1,"msg":"slot context shift","n_keep":1,"tid":"1"}',
+     "context-shift"),
+    ('{"function":"launch_slot_with_data","level":"DEBUG","line":1,"msg":"no slot is available","task_id":3}',
+     "no-free-slot"),
+    ("llm_load_tensors: offloading 32 repeating layers to GPU", "model-load"),
+    ("llama_model_loader: loaded meta data with 25 key-value pairs and 291 tensors from /m/blob (version GGUF V3 (latest))",
+     "model-load"),
 ])
 def test_match_message_reads_real_lines(line: str, event: str) -> None:
     events = [m["event"] for m in G.match_message(line)]

@@ -38,6 +38,8 @@ SOURCES: list[tuple[str, str, str]] = [
     ("git", "flashinfer", ""),
     ("git", "ollama", ""),  # HEAD: ollama drives llama-server (llm/llama_server.go)
     ("git", "ollama", "v0.12.11"),  # its own Go runners (llamarunner / ollamarunner): most reports
+    ("git", "ollama", "v0.3.14"),  # 2024: the C++ runner (llm/ext_server) and llama.cpp vendored as files
+    ("git", "ollama", "v0.1.31"),  # early 2024: the pull's shorter "part %d stalled; retrying"
     ("git", "triton-server", ""),  # NVIDIA Triton Inference Server: the front ends
     ("git", "triton-core", ""),  # the model lifecycle, the server's shutdown wait
     ("git", "triton-python-backend", ""),  # the Python backend and its stub processes
@@ -727,9 +729,13 @@ MESSAGES += [
 MESSAGES += [
     # ---- vLLM 0.11
     Msg("vllm.shm-wait", "vllm*", [SHM], "shm-broadcast-wait", "symptom", "serving",
-        "A shared-memory broadcast block stayed busy: a reader or the writer is hung or busy "
-        "(compilation, a collective, a dead worker).",
-        [("rank-died", 0.15), ("nccl-desync", 0.1), ("compile-in-progress", 0.1)],
+        "A shared-memory broadcast block stayed busy: the writer (acquire_write) waits for a reader "
+        "that has not read the last block, or a reader (acquire_read) for a write that has not come. "
+        "Some peer process is stuck or busy; the message does not say which way: a kernel that does "
+        "not finish, a collective another rank never joins, a lock, compilation (its own note), or a "
+        "worker that died.",
+        [("rank-died", 0.1), ("nccl-desync", 0.1), ("gpu-kernel-spin", 0.1), ("compile-in-progress", 0.1),
+         ("lock-contention", 0.05)],
         text=r"No available shared memory broadcast block"),
     Msg("vllm.shm-other", "vllm*", [SHM], "shm-broadcast-state", "state", "init",
         "vLLM's shared-memory message queue reports its set-up or a misuse."),
@@ -1088,6 +1094,7 @@ MESSAGES += [
 
 # ---------------------------------------------------------------------------- ollama (Go)
 OLLAMA_OLD = "ollama==c1149875234a51aa1e5e60b74f3807f5982c60fa"  # v0.12.11: the Go runners
+OLLAMA_2024 = "ollama==f2890a4494f9fb3722ee7a4c506252362d1eab65"  # v0.3.14: C++ runner, vendored llama.cpp
 MESSAGES += [
     Msg("ollama.runner-timeout", "ollama*", ["llm/server.go", "llm/llama_server.go"], "runner-start-timeout",
         "symptom", "load", "The runner (llama runner / llama-server) did not report ready within "
@@ -1098,7 +1105,7 @@ MESSAGES += [
         "mechanism", "any", "The runner process exited (its exit status / last error follow) while "
         "loading or serving.", [("rank-died", 0.35), ("gpu-oom", 0.05)], lang="go",
         text=r"(llama runner|llama-server) (process )?(has terminated|terminated|no longer running)|"
-             r"model runner has unexpectedly stopped"),
+             r"model runner has unexpectedly stopped|an unknown error was encountered while running the model"),
     Msg("ollama.runner-oom", "ollama*", ["llm/server.go", "llm/llama_server.go"], "runner-oom", "mechanism",
         "load", "The model does not fit: the memory layout cannot be allocated, or the runner "
         "reported out of memory at start-up.", [("gpu-oom", 0.3)], lang="go",
@@ -1113,7 +1120,7 @@ MESSAGES += [
     Msg("ollama.runner-start", "ollama*", ["llm/server.go"], "ollama-runner-start", "progress", "load",
         "ollama starts its runner and polls its health until it reports ready.", lang="go",
         text=r"waiting for llama runner to start responding|waiting for server to become available|"
-             r"^starting runner|^loading model|using llama-server for model"),
+             r"^starting runner|^loading model|using llama-server for model|^starting llama server$"),
     Msg("ollama.runner-started", OLLAMA_OLD, ["llm/server.go"], "ollama-runner-start", "progress", "serving",
         "The runner reported ready: the model is loaded and requests go to it.", lang="go",
         text=r"llama runner started in"),
@@ -1137,4 +1144,68 @@ MESSAGES += [
     Msg("ollama.runner", "ollama*", ["llm/server.go"], "ollama-runner", "state", "any",
         "ollama reports starting / waiting for its llama runner, or its failure.",
         [("rank-died", 0.05)], lang="go", levels=("info", "warning", "error")),
+]
+
+# ---------------------------------------------------------------------------- ollama 2024 (C++)
+# v0.3.14 still builds its C++ runner from llm/ext_server/server.cpp (llama.cpp's server of early
+# 2024, adapted): LOG_INFO("text", {json fields}) prints one JSON object a line,
+# {"function":...,"level":"INFO",...,"msg":"slot context shift",...}; LOG_WRN / LOG_INF come from
+# llama.cpp's common/log.h. llama/llama.cpp is the llama.cpp of that time vendored as a file:
+# LLAMA_LOG_INFO("%s: ...", __func__) prints "llm_load_print_meta: ...", "llm_load_tensors: ...",
+# "llama_model_loader: ...", "llama_new_context_with_model: ...".
+OLD_SERVER_MACROS = dict(LLAMA_MACROS, **{f"LOG_{lv}": (level, 0) for lv, level in (
+    ("INFO", "info"), ("WARNING", "warning"), ("ERROR", "error"), ("DEBUG", "debug"), ("VERBOSE", "debug"))})
+OSRV = ["llm/ext_server/server.cpp"]
+OLLAMA_LLAMA = ["llama/llama.cpp"]
+MESSAGES += [
+    Msg("ollama.cpp-context-shift", OLLAMA_2024, OSRV, "context-shift", "state", "serving",
+        "A slot of the C++ runner filled its context: update_slots discards n_discard tokens after "
+        "n_keep and the slot goes on generating (a request with no stop and no num_predict can run "
+        "on like this).", lang="c", macros=OLD_SERVER_MACROS, text=r"^slot context shift$"),
+    Msg("ollama.cpp-no-slot", OLLAMA_2024, OSRV, "no-free-slot", "symptom", "serving",
+        "Every slot of the C++ runner is busy: the task is deferred and waits in the queue until a "
+        "slot is released.", [("request-deadlock", 0.1)], lang="c", macros=OLD_SERVER_MACROS,
+        text=r"^no slot is available"),
+    Msg("ollama.cpp-kv-full", OLLAMA_2024, OSRV, "kv-cache-full", "symptom", "serving",
+        "llama_decode found no room in the KV cache for the batch: the C++ runner halves the batch "
+        "and retries, and at a batch of 1 gives up the decode.", [("request-deadlock", 0.1), ("gpu-oom", 0.05)],
+        lang="c", macros=OLD_SERVER_MACROS, text=r"failed to find free space in the KV cache|failed to decode the batch"),
+    Msg("ollama.cpp-load-failed", OLLAMA_2024, OSRV, "model-load-error", "mechanism", "load",
+        "The C++ runner could not load the model (or its projector) and exits before it serves.",
+        [("rank-died", 0.2), ("gpu-oom", 0.1)], lang="c", macros=OLD_SERVER_MACROS, levels=("error",),
+        text=r"^unable to load (clip )?model"),
+    Msg("ollama.cpp-idle", OLLAMA_2024, OSRV, "slots-idle", "state", "serving",
+        "Every slot of the C++ runner is idle: no request is in flight, the KV cache is cleared.",
+        lang="c", macros=OLD_SERVER_MACROS, text=r"^all slots are idle"),
+    Msg("ollama.cpp-slot-progress", OLLAMA_2024, OSRV, "slot-progress", "progress", "serving",
+        "A slot of the C++ runner takes a task, ingests the prompt, generates and is released: "
+        "requests are moving.", lang="c", macros=OLD_SERVER_MACROS,
+        text=r"^slot is processing task|^slot released|^slot progression|^prompt ingested|^kv cache rm|"
+             r"^slot with common prefix|^input truncated|^we have to evaluate"),
+    Msg("ollama.cpp-start", OLLAMA_2024, OSRV, "ollama-runner-start", "progress", "load",
+        "The C++ runner starts, loads the model and initialises its slots.", lang="c",
+        macros=OLD_SERVER_MACROS, text=r"^starting c\+\+ runner|^initializing slots|^system info|^build info"),
+    Msg("ollama.cpp-ready", OLLAMA_2024, OSRV, "ollama-runner-start", "progress", "serving",
+        "The C++ runner has the model loaded and its HTTP server listens: ollama's health poll sees "
+        "it ready.", lang="c", macros=OLD_SERVER_MACROS, text=r"^HTTP server listening|^model loaded"),
+    Msg("ollama.cpp-other", OLLAMA_2024, OSRV, "ollama-runner", "state", "any",
+        "ollama's C++ runner reports a warning or an error.", lang="c", macros=OLD_SERVER_MACROS,
+        levels=("warning", "error"), min_literal=20),
+    Msg("ollama.llama-load-failed", OLLAMA_2024, OLLAMA_LLAMA, "model-load-error", "mechanism", "load",
+        "The vendored llama.cpp could not load the model or create its context: the runner exits.",
+        [("rank-died", 0.2), ("gpu-oom", 0.1)], lang="c", macros=LLAMA_MACROS, levels=("error",),
+        text=r"error loading model|failed to load model|llama_kv_cache_init\(\) failed"),
+    Msg("ollama.llama-alloc-failed", OLLAMA_2024, OLLAMA_LLAMA, "gpu-alloc-failed", "mechanism", "load",
+        "A buffer for the KV cache, the outputs or the compute graph could not be allocated.",
+        [("gpu-oom", 0.35)], lang="c", macros=LLAMA_MACROS, levels=("error",),
+        text=r"failed to allocate|failed to reserve"),
+    Msg("ollama.llama-backend-failed", OLLAMA_2024, OLLAMA_LLAMA, "gpu-init-failed", "mechanism", "init",
+        "The vendored llama.cpp could not initialise a GPU backend (CUDA, Vulkan, Metal, SYCL...) "
+        "for the context.", [("driver-or-runtime-mismatch", 0.3)], lang="c", macros=LLAMA_MACROS,
+        levels=("error",), text=r"failed to initialize (CUDA|Vulkan|Metal|SYCL|CANN|Kompute|RPC)|Row split not supported"),
+    Msg("ollama.llama-load", OLLAMA_2024, OLLAMA_LLAMA, "model-load", "progress", "load",
+        "The vendored llama.cpp loads the model: GGUF metadata (llama_model_loader), hyper-parameters "
+        "(llm_load_print_meta), tensors and GPU offload (llm_load_tensors), the context and its "
+        "buffers (llama_new_context_with_model).", lang="c", macros=LLAMA_MACROS, levels=("info",),
+        text=r"^%s: "),
 ]

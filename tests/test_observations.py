@@ -348,3 +348,13 @@ def test_torchruns_banner_as_the_last_line_is_the_rendezvous() -> None:
     assert _obs(banner).phase == "rendezvous"
     after = banner + "INFO 01-30 23:10:30 [loader.py:10] Loading weights took 30.2 seconds\n"
     assert _obs(after).phase != "rendezvous"
+
+
+def test_a_parent_blocked_on_its_child_stubs_answer_is_a_child_wait() -> None:
+    gdb = ("```\n#2  0x00007f311438d633 in triton::backend::python::StubLauncher::ModelInstanceStubProcess() () "
+           "from /opt/tritonserver/backends/python/libtriton_python.so\n"
+           "#3  0x00007f311438fa08 in triton::backend::python::StubLauncher::Launch() () "
+           "from /opt/tritonserver/backends/python/libtriton_python.so\n```\n")
+    assert _waits(gdb) == ["child-wait"]
+    assert _ids(gdb)[0] == "rank-died"
+    assert "child-wait" not in _waits(gdb.replace("StubLauncher", "ModelLoader"))

@@ -8,7 +8,8 @@ Frames are innermost first (py-spy order). ``wait_kind`` names what a thread is 
 ``nccl-init``             NCCL communicator init (native frames ncclCommInitRank and friends)
 ``rendezvous``            process-group init / c10d store / store-based barrier
 ``ipc-wait``              pipe, queue, zmq, socket recv, Event/Condition wait
-``lock``                  file lock, torch extension build baton
+``child-wait``            a parent blocked on its child process's answer (Triton's Python stub)
+``lock``                  file lock, torch extension build baton, a native mutex (glibc, abseil, std)
 ``io``                    reading weights or files
 ``compile``               torch.compile / inductor / Triton / JIT build
 ``graph-capture``         CUDA graph capture / warm-up
@@ -58,6 +59,11 @@ _LOCK_NATIVE = re.compile(
     r"__lll_lock_wait|(?:^|[\s_])_*pthread_mutex_(?:timed|clock)?lock\b|pthread_rwlock_(?:timed|clock)?(?:rd|wr)lock|"
     r"absl::(?:\w+::)*Mutex::(?:Lock|LockSlow\w*|ReaderLock|WriterLock|Block)\b|"
     r"std::(?:__1::)?(?:recursive_|shared_|timed_)?mutex::lock\b")
+# a parent waiting for its child process's answer: Triton's Python backend pushes the stub's
+# InitializeRequest and blocks in ReceiveMessageFromStub until the stub answers
+# (python_backend src/stub_launcher.cc, StubLauncher::ModelInstanceStubProcess)
+_CHILD_NATIVE = re.compile(r"StubLauncher::(?:ModelInstanceStubProcess|ReceiveMessageFromStub|Launch)\b|"
+                           r"ReceiveMessageFromStub")
 _IPC = [
     (re.compile(r"^(_recv|_recv_bytes|recv|recv_bytes|_poll|poll|wait)$"), "multiprocessing/connection.py"),
     (re.compile(r"^(get|_get|put)$"), "queue"),
@@ -220,6 +226,8 @@ def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
                 return "cuda-sync", f.short
             if _LOCK_NATIVE.search(f.name):
                 return "lock", f.short
+            if _CHILD_NATIVE.search(f.name):
+                return "child-wait", f.short
             continue
         if f.bare in COLLECTIVE_OPS and _in(f.file, _C10D_FILES):
             return "collective:" + f.bare, f.short

@@ -358,3 +358,11 @@ def test_a_parent_blocked_on_its_child_stubs_answer_is_a_child_wait() -> None:
     assert _waits(gdb) == ["child-wait"]
     assert _ids(gdb)[0] == "rank-died"
     assert "child-wait" not in _waits(gdb.replace("StubLauncher", "ModelLoader"))
+
+
+def test_a_traceback_behind_a_logger_prefix_or_cut_to_its_frames_is_an_exception() -> None:
+    log = ('(EngineCore pid=1146) ERROR 09-05 01:24:34 [core.py:1403]   File "/x/vllm/v1/executor/multiproc_executor.py", '
+           'line 103, in _wait_for_response\n(EngineCore pid=1146) ERROR 09-05 01:24:34 [core.py:1403]     raise self._exception\n')
+    assert "exception" in _obs(log).errors
+    # faulthandler's frames (no comma before "in") are a stack, not an error
+    assert "exception" not in _obs('File "/x/y.py", line 3 in wait\nFile "/x/z.py", line 9 in main\n').errors

@@ -79,7 +79,10 @@ _ERRORS: list[tuple[str, re.Pattern[str]]] = [
                            r"Watchdog caught")),
     ("connection", re.compile(r"Connection (?:refused|reset|closed)|ConnectionResetError|Broken pipe|"
                               r"ECONNREFUSED|No route to host|Name or service not known|ConnectionError")),
-    ("exception", re.compile(r"^\s*Traceback \(most recent call last\)|(?:^|\s)\w+(?:Error|Exception)\b:")),
+    # a traceback, also when a logger prefixed its lines or the paste kept only its frames
+    # ('File "…", line N, in f' with the comma: faulthandler's frames have none)
+    ("exception", re.compile(r"(?:^|\] |\s{2})Traceback \(most recent call last\)|(?:^|[\s`'\"(])\w+(?:Error|Exception)\b:|"
+                             r"\bFile \"[^\"]+\", line \d+, in \w")),
 ]
 # where a poster says it stops ("hangs after loading the weights", "stuck at 99 %% of the pull"):
 # context, used only when no program line names a phase, and at a lower weight

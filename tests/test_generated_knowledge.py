@@ -2,9 +2,11 @@
 committed files are what the generator makes from the sources, and the reader.
 
 No downloads: ``tests/fixtures/gen_knowledge/`` holds a few source files exactly as the
-generator read them (from the wheels, the interpreter's Lib and the NCCL snapshot named in
+generator read them (from the wheels and sdists on PyPI and the interpreter's Lib, named in
 manifest.json); the generator's pure part runs on them and must reproduce, entry for entry, what
-the committed files say about those files.
+the committed files say about those files. Sources read from git snapshots (NCCL, TGI, ollama,
+Triton …) are covered by hand-written snippets in their forms instead: no code of a fetched
+repository is committed here.
 """
 
 from __future__ import annotations

@@ -25,6 +25,14 @@ from typing import Any, Callable
 
 from hangdoctor.evidence.model import Evidence
 from hangdoctor.knowledge import causes as causes_mod
+from hangdoctor.triage.readings import (
+    Position,
+    log_repeats,
+    queue_stuck,
+    script_stop,
+    sizes_disagree,
+    versions_split,
+)
 
 PRIOR_CAP = 0.35  # a position says where to look, never what it is
 
@@ -116,13 +124,6 @@ def priors() -> dict[str, Any]:
 
 
 @dataclass
-class Position:
-    wait: str  # the wait class (evidence/stacks.py's wait_kind, collective ops folded)
-    frame: str
-    pids: list[int] = field(default_factory=list)
-
-
-@dataclass
 class Observations:
     """Where the evidence stands: positions of the processes, the phase, the errors."""
 
@@ -208,6 +209,12 @@ def _evidence_lines(ev: Evidence) -> list[str]:
     return [x for x in lines[-20000:] if not _TYPED.match(x)]
 
 
+def _not_a_loop_line(line: str) -> bool:
+    """A progress report, a start-up phase, an error or a non-log line repeats for other reasons."""
+    return (any(rx.search(line) for _n, rx in _PHASE_LINES) or any(rx.search(line) for _n, rx in _ERRORS)
+                or _says_no_phase(line))
+
+
 def observe(ev: Evidence) -> Observations:
     obs = Observations()
     for (_host, pid), ps in ev.stacks.items():
@@ -255,11 +262,11 @@ def observe(ev: Evidence) -> Observations:
                 break
     # the engine's own model of its log first; then the last line that one of the libraries'
     # own messages (generated from their source) matches; the generic lines otherwise
-    _queue_stuck(lines, obs)
-    _script_stop(ev, lines, obs)
-    _sizes_disagree(lines, obs)
-    _versions_split(lines + _prose_lines(ev), obs)
-    _log_repeats(lines, obs)
+    queue_stuck(lines, obs)
+    script_stop(ev, lines, obs)
+    sizes_disagree(lines, obs)
+    versions_split(lines + _prose_lines(ev), obs)
+    log_repeats(lines, obs, _not_a_loop_line)
     if not obs.errors:
         # an error the poster quotes inline (`OSError: image file is truncated`) is the program's
         # words inside a sentence: its class counts, the sentence does not
@@ -297,212 +304,6 @@ def _prose_lines(ev: Evidence) -> list[str]:
                 continue
             out.extend(x for x in item.get("lines") or [] if isinstance(x, str))
     return out
-
-
-# a collective needs the same sizes on every rank (NCCL's API docs: count and datatype must
-# match across the communicator; torch's all_to_all_single: the split sizes must agree with the
-# peers'): lines that differ only in a size printed next to a collective are ranks that disagree
-_COLLECTIVE_WORD = re.compile(r"all[-_ ]?to[-_ ]?all|all[-_ ]?reduce|all[-_ ]?gather|reduce[-_ ]?scatter|"
-                              r"\bbroadcast\b", re.I)
-_SIZE = re.compile(r"torch\.Size\(\[[\d, ]*\]\)|\bshape[=: ]+\(?\[?[\d, ]+\]?\)?|"
-                   r"\b(?:count|numel|size|len|split_sizes?)\s*[=:(]\s*\[?[\d, ]+\]?", re.I)
-_LEAD_STAMP = re.compile(r"^[\s\[]*(?:\d{4}-\d\d-\d\d[T ])?\d\d:\d\d:\d\d[.,\d]*\]?\s*")
-
-
-def _sizes_disagree(lines: list[str], obs: Observations) -> None:
-    groups: dict[str, set[tuple[str, ...]]] = {}
-    first: dict[str, str] = {}
-    for line in lines[-3000:]:
-        body = line.split(" # ")[0]
-        if not _COLLECTIVE_WORD.search(body):
-            continue
-        sizes = tuple(_SIZE.findall(body))
-        if not sizes:
-            continue
-        key = re.sub(r"\d+", "#", _SIZE.sub("§", _LEAD_STAMP.sub("", body)))
-        groups.setdefault(key, set()).add(sizes)
-        first.setdefault(key, body.strip()[:160])
-    for key, seen in groups.items():
-        if len(seen) > 1:
-            shown = " vs ".join(", ".join(t) for t in sorted(seen)[:2])
-            obs.positions.setdefault("size-mismatch", Position("size-mismatch", f"{first[key]} ({shown})"))
-            return
-
-
-REPEAT_MIN = 4  # the same line this many times in a row (only numbers differ) is a loop
-_ELISION = re.compile(r"^\s*(?:\.{3}|…|\[?\(?(?:repeat(?:s|ed)?|same)\b[^)\]]*[)\]]?)\s*$", re.I)
-
-
-def _log_repeats(lines: list[str], obs: Observations) -> None:
-    """A loop that prints and makes no progress: one line again and again (REPEAT_MIN times in a
-    row, or twice and then the poster's '...' for the rest). Not when that line is a progress
-    report (a throughput line repeats on a healthy server), names a phase of start-up (a
-    'waiting for the other ranks' line repeats while it waits) or is an error."""
-    run: list[str] = []
-    key = None
-    for x in lines[-3000:]:
-        body = x.strip()
-        if not body or body.startswith("```"):
-            continue
-        if _ELISION.match(body) and len(run) >= 2:
-            run += [run[-1]] * REPEAT_MIN
-            continue
-        k = re.sub(r"\d+", "#", body)
-        if k == key:
-            run.append(body)
-            continue
-        if len(run) >= REPEAT_MIN and _is_loop_line(run[-1]):
-            obs.positions.setdefault("log-repeats", Position("log-repeats", run[-1][:160]))
-            return
-        run, key = [body], k
-    if len(run) >= REPEAT_MIN and _is_loop_line(run[-1]):
-        obs.positions.setdefault("log-repeats", Position("log-repeats", run[-1][:160]))
-
-
-def _is_loop_line(line: str) -> bool:
-    return not (any(rx.search(line) for _n, rx in _PHASE_LINES) or any(rx.search(line) for _n, rx in _ERRORS)
-                or _says_no_phase(line))
-
-
-# a poster's table of configurations, each marked as working or failing: when a version (alone
-# or with the hardware beside it) is what every failing row has and no working row has, the
-# version is what changed (a driver / runtime regression)
-_WORKS = re.compile(r"✅|✔|☑|\b(?:works|working|OK|passes|fine)\b")  # a line with both is skipped
-_FAILS = re.compile(r"❌|✗|✖|\b(?:hangs?|fails?|failing|stuck|broken|(?:doesn'?t|does not|didn'?t|did not) work|"
-                    r"not working)\b", re.I)
-_LABELLED = re.compile(r"(?P<label>[A-Za-z][\w-]*(?: [A-Za-z][\w-]*)?)\s*[:=]+\s*(?P<value>v?\d[\w.+-]*|[\w.+-]+)")
-_VERSIONISH = re.compile(r"^v?\d+(?:\.\d+)+")
-
-
-def _versions_split(lines: list[str], obs: Observations) -> None:
-    rows: list[tuple[bool, set[tuple[str, str]]]] = []
-    for line in lines[-2000:]:
-        f = bool(_FAILS.search(line))
-        w = bool(_WORKS.search(_FAILS.sub(" ", line)))  # "not working" is no "working"
-        if w == f:
-            continue
-        items: set[tuple[str, str]] = set()
-        for m in _LABELLED.finditer(line):
-            label = m.group("label").lower().replace(" version", "").strip()
-            value = m.group("value")
-            items.add((label, value))
-            if _VERSIONISH.match(value):
-                items.add((label, value.lstrip("v").split(".")[0] + ".x"))
-        if len(items) >= 2:
-            rows.append((f, items))
-    failing = [i for bad, i in rows if bad]
-    working = [i for bad, i in rows if not bad]
-    if not failing or not working:
-        return
-    common = set.intersection(*failing)
-    combos = [(a,) for a in common] + [(a, b) for a in common for b in common if a < b]
-    for combo in combos:
-        if not any(_VERSIONISH.match(v) for _l, v in combo):
-            continue
-        if not any(all(c in w for c in combo) for w in working):
-            text = " + ".join(f"{lbl} {v}" for lbl, v in combo)
-            obs.positions.setdefault("version-split", Position(
-                "version-split", f"every failing configuration has {text}; no working one does"))
-            return
-
-
-# vLLM's periodic scheduler stats (v1/metrics/loggers.py: "Running: %d reqs", "Waiting: %d
-# reqs"): requests waiting while none runs is a scheduler that cannot admit what waits (the KV
-# cache or the token budget too small for it, or a request it never picks)
-_STATS = re.compile(r"Running: (?P<run>\d+) reqs.{0,80}?Waiting: (?P<wait>\d+) reqs|"
-                    r"Waiting: (?P<wait2>\d+) reqs.{0,80}?Running: (?P<run2>\d+) reqs")
-
-
-def _queue_stuck(lines: list[str], obs: Observations) -> None:
-    last = None
-    for line in lines[-3000:]:
-        m = _STATS.search(line)
-        if m:
-            last = (int(m.group("run") or m.group("run2")), int(m.group("wait") or m.group("wait2")), line)
-    if last and last[0] == 0 and last[1] > 0:
-        obs.positions.setdefault("queue-stuck", Position(
-            "queue-stuck", f"{last[1]} request(s) waiting, none running: {last[2].strip()[:140]}"))
-
-
-# "the command, then its output": a pasted script and what it printed. The last line the run
-# printed that the script prints literally places the stop at the script's next statement, and
-# what that statement calls says what it waits on
-_PRINT_LITERAL = re.compile(r"""^\s*print\(\s*(?P<f>f?)(["'])(?P<text>[^"']{2,120})\2\s*(?:,[^)]*)?\)\s*$""")
-_STATEMENT_WAITS: list[tuple[str, re.Pattern[str]]] = [
-    # asyncio: run() / run_until_complete() block the thread until the awaited future is done on
-    # this loop (a future of another loop never is: asyncio docs, "Future attached to a
-    # different loop"); the front end's own loop is where such a call waits
-    ("event-loop", re.compile(r"\basyncio\.run\(|run_until_complete\(|\bawait\b")),
-    ("rendezvous", re.compile(r"init_process_group\(|init_distributed\(|\brendezvous\(|TCPStore\(")),
-    ("collective", re.compile(r"\b(?:all_reduce|all_gather\w*|broadcast\w*|barrier|all_to_all\w*|reduce_scatter\w*)\(")),
-    ("load-call", re.compile(r"from_pretrained\(|load_state_dict\(|safe_open\(|torch\.load\(|snapshot_download\(")),
-    # a remote task's or an actor's answer (ray.get, a future's result): it never comes when the
-    # worker that owes it died without the caller being told
-    ("remote-wait", re.compile(r"\bray\.get\(|\.result\(")),
-    ("ipc-wait", re.compile(r"\.join\(|\.get\(\s*\)|\.wait\(")),
-    ("cuda-sync", re.compile(r"torch\.cuda\.synchronize\(|\.synchronize\(\)|\.item\(\)|\.cpu\(\)|\.tolist\(\)")),
-    ("serving-call", re.compile(r"\.generate\(|\.chat\(|\.completions?\.|requests\.post\(|\.encode\(")),
-]
-
-
-_HANG_COMMENT = re.compile(r"^(?P<stmt>\s*[^#\s][^#]*?)\s+#.*\b(?:hangs?|hung|stuck|blocks?|freezes|"
-                           r"never (?:returns|finishes|completes))\b", re.I)
-
-
-def _marks_hang(line: str, obs: Observations) -> bool:
-    """The poster's own comment on the statement that hangs ("ray.get(...)  # hangs forever")."""
-    m = _HANG_COMMENT.match(line)
-    if not m:
-        return False
-    for wait, rx in _STATEMENT_WAITS:
-        if rx.search(m.group("stmt")):
-            obs.positions.setdefault(wait, Position(
-                wait, f"the poster marks this statement as where it hangs: {line.strip()[:120]}"))
-            return True
-    return False
-
-
-def _script_stop(ev: Evidence, lines: list[str], obs: Observations) -> None:
-    printed = [x.strip() for x in lines if x.strip()]
-    for x in lines[-3000:]:
-        if _marks_hang(x, obs):
-            return
-    for s in ev.snapshots:
-        for item in s.get("pasted_prose") or []:
-            if not isinstance(item, dict) or not item.get("script"):
-                continue
-            code = [x for x in item.get("lines") or [] if isinstance(x, str)]
-            if any(_marks_hang(x, obs) for x in code):
-                return
-            literals: list[tuple[re.Pattern[str], int]] = []
-            for i, x in enumerate(code):
-                m = _PRINT_LITERAL.match(x)
-                if m:
-                    text = m.group("text").strip()
-                    if m.group("f"):  # an f-string: each {…} stands for what it printed
-                        rx = "".join(".+?" if part.startswith("{") else re.escape(part)
-                                     for part in re.split(r"(\{[^{}]*\})", text))
-                    else:
-                        rx = re.escape(text)
-                    if re.sub(r"\\.|\.\+\?", "", rx).strip():
-                        literals.append((re.compile(rx + "$"), i))
-            if not literals or not printed:
-                continue
-            hit = next(((x, i) for x in reversed(printed) for rx, i in literals if rx.match(x)), None)
-            if hit is None:
-                continue
-            last, at = hit
-            # the statements after that print, up to the first that names a wait (a kernel
-            # launch returns at once; the synchronize after it is where the wait shows)
-            following = [x.strip() for x in code[at + 1:] if x.strip() and not x.strip().startswith("#")][:6]
-            for nxt in following:
-                for wait, rx in _STATEMENT_WAITS:
-                    if rx.search(nxt):
-                        obs.positions.setdefault(wait, Position(
-                            wait, f"the run printed {last!r} last; the script goes on to: {nxt[:100]}"))
-                        return
-                if _PRINT_LITERAL.match(nxt):
-                    break  # the next print was not reached: what comes after it never ran
 
 
 # a tqdm bar at its end ("100%|…| 23/23", "100% Completed | 1/1"); the start-up order of vLLM and

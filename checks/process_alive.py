@@ -130,8 +130,15 @@ def process_alive(ev: Evidence):
         gone = ", ".join(f"pid {r.pid} ({'zombie' if r.zombie else r.exit_info or 'gone'})" for r in roots)
         facts["dead"] = True
         facts["dead_reason"] = f"the server's root process is not alive: {gone}"
-        return fired(facts["dead_reason"], Signal(None, 0.0, facts["dead_reason"], [ref(r) for r in roots]),
-                     facts=facts)
+        left = [p for p in ev.processes if p not in roots and p.alive]
+        signals = [Signal(None, 0.0, facts["dead_reason"], [ref(r) for r in roots])]
+        if not left:
+            # the whole tree exited: a process died (which one and of what, its log, its exit code
+            # and the kernel log say; an engine that dies takes vLLM's and SGLang's servers down)
+            signals.append(support("rank-died", 0.45, f"the server exited and no process of its tree is left ({gone}): "
+                                   "its log's last lines and the kernel log say which process died first and why",
+                                   [ref(r) for r in roots]))
+        return fired(facts["dead_reason"], *signals, facts=facts)
     if roots:
         facts["dead"] = False
     for p in ev.processes:

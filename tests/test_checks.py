@@ -135,6 +135,10 @@ def root_gone():
     return snap(processes=[dict(proc(100, None, role="launcher"), alive=False, status="X", exit_info="gone before collection")])
 
 
+def root_dead_child_alive():
+    return snap(processes=[dict(proc(100, None, role="launcher"), state="Z", alive=False, zombie=True), proc(101, 0)])
+
+
 def zombie_worker():
     return snap(processes=[LAUNCHER, proc(101, 0), proc(102, 1, state="Z", alive=False)])
 
@@ -279,7 +283,8 @@ CASES: dict[str, tuple[list[tuple[Callable[[], dict], str | None]], list[Callabl
                               (nf.fr_one_dump_of_two_ranks, "nccl-desync"),
                               (nf.fr_first_collective, "nccl-transport")],
                              [nf.fr_stale, nf.fr_all_done]),
-    "process.alive": ([(stopped_and_d_state, "io-stall"), (zombie_worker, "rank-died"), (root_gone, None)],
+    "process.alive": ([(stopped_and_d_state, "io-stall"), (zombie_worker, "rank-died"), (root_gone, "rank-died"),
+                       (root_dead_child_alive, None)],
                       [postload_recorded]),
     "ranks.expected": ([(dead_rank_recorded, "rank-died"), (rank_gpu_freed, "rank-died")], [postload_recorded]),
     "stacks.collectives": ([(gloo_recorded, "nccl-desync"), (mismatched_collectives, "nccl-desync"),
@@ -447,3 +452,11 @@ def test_collector_notes_reach_the_report() -> None:
     s = snap(processes=[LAUNCHER])
     s["notes"] = ["py-spy not uploaded: remote is aarch64, local x86_64"]
     assert "py-spy not uploaded: remote is aarch64, local x86_64" in analyze([s])["weakened"]
+
+
+def test_a_dead_root_speaks_for_a_death_only_when_its_whole_tree_is_gone() -> None:
+    c = _check("process.alive")
+    gone = c(Evidence([root_gone()]))
+    assert any(s.cause == "rank-died" and s.weight > 0 for s in gone.signals)
+    child_alive = c(Evidence([root_dead_child_alive()]))
+    assert child_alive.facts.get("dead") and not any(s.cause == "rank-died" and s.weight > 0 for s in child_alive.signals)

@@ -228,7 +228,9 @@ def test_engine_core_died(shared: dict[str, Any]) -> None:
     server = shared["server"]
     core = server.signal("VLLM::EngineCore", signal.SIGKILL)
     time.sleep(0.5)
-    a = diagnose(server, shared["tmp"], "engine-died")
+    # --log as a user gives it once the server is gone: by the time it runs, the whole tree may
+    # have exited (seen under CI load), and then no live process holds the log to find it by
+    a = diagnose(server, shared["tmp"], "engine-died", "--log", str(server.log_path))
     assert a["verdict"] == "dead" and a["_rc"] == EXIT["dead"], (a["verdict"], a["verdict_reason"])
     c = first_cause(a)
     assert c["id"] == "rank-died", [(x["id"], x["score"]) for x in a["causes"]]

@@ -304,7 +304,9 @@ CASES: dict[str, tuple[list[tuple[Callable[[], dict], str | None]], list[Callabl
     "engine.progress": ([(lambda: load("vllm-stuck-step"), "request-deadlock"),
                          (lambda: load("vllm-tp2-rank-stopped"), "nccl-desync"),
                          (lambda: load("vllm-loop-blocked"), "frontend-hang"),
-                         (lambda: load("vllm-engine-died"), "rank-died")],
+                         (lambda: load("vllm-engine-died"), "rank-died"),
+                         # recorded in CI: the whole tree had exited, the engine known by its log
+                         (lambda: load("vllm-engine-died-tree-gone"), "rank-died")],
                         [lambda: load("vllm-healthy-idle"), lambda: load("vllm-healthy-load"),
                          healthy_recorded]),
     "gpu.util-power": ([(nccl_wait_gpu, "nccl-desync"), (idle_loaded_gpu, "post-load-deadlock")], [busy_gpu]),
@@ -460,3 +462,15 @@ def test_a_dead_root_speaks_for_a_death_only_when_its_whole_tree_is_gone() -> No
     assert any(s.cause == "rank-died" and s.weight > 0 for s in gone.signals)
     child_alive = c(Evidence([root_dead_child_alive()]))
     assert child_alive.facts.get("dead") and not any(s.cause == "rank-died" and s.weight > 0 for s in child_alive.signals)
+
+
+def test_a_server_already_gone_is_known_by_its_log() -> None:
+    """Recorded in CI: the engine core was killed and the whole vLLM tree exited before the
+    diagnosis; only the root remained, a zombie with no command line. The log's per-process
+    prefixes still say it was vLLM, and its last lines which process died."""
+    from hangdoctor.evidence.engine_view import EngineView
+
+    snap = load("vllm-engine-died-tree-gone")
+    assert EngineView(Evidence([snap])).model.name == "vllm"
+    snap["log"]["tail"] = [x for x in snap["log"]["tail"] if "pid=" not in x]
+    assert EngineView(Evidence([snap])).model is None  # no prefix, no engine named from the log

@@ -104,12 +104,32 @@ class EngineProc:
         return self.proc.cpu_delta_s
 
 
+def _by_log(ev: Any) -> EngineModel | None:
+    """A server already gone (its root a zombie with no command line, its children reaped) is
+    still known by its log: the engine whose per-process prefix most of its lines carry
+    (vLLM's "(EngineCore pid=N)"), when at least three do."""
+    if not ev.has("log"):
+        return None
+    from hangdoctor.engines import ENGINES
+
+    lines = ev.log.lines[-2000:]
+    best, hits = None, 0
+    for e in ENGINES:
+        rx = getattr(e, "log_prefix", None)
+        if rx is None:
+            continue
+        n = sum(1 for x in lines if rx.search(x))
+        if n > hits:
+            best, hits = e, n
+    return best if hits >= 3 else None
+
+
 class EngineView:
     """What the engine model makes of one set of evidence."""
 
     def __init__(self, ev: Any, model: EngineModel | None = None) -> None:
         self.ev = ev
-        self.model = model or detect(p.cmdline_text for p in ev.processes)
+        self.model = model or detect(p.cmdline_text for p in ev.processes) or _by_log(ev)
         self.procs: list[EngineProc] = []
         if self.model is None:
             return

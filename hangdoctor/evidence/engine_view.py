@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from hangdoctor.engines import detect
+from hangdoctor.engines import ENGINES, detect
 from hangdoctor.engines import spec as b
 from hangdoctor.engines.spec import EngineModel
 
@@ -110,15 +110,12 @@ def _by_log(ev: Any) -> EngineModel | None:
     (vLLM's "(EngineCore pid=N)"), when at least three do."""
     if not ev.has("log"):
         return None
-    from hangdoctor.engines import ENGINES
-
     lines = ev.log.lines[-2000:]
     best, hits = None, 0
     for e in ENGINES:
-        rx = getattr(e, "log_prefix", None)
-        if rx is None:
+        if e.log_prefix is None:
             continue
-        n = sum(1 for x in lines if rx.search(x))
+        n = sum(1 for x in lines if e.log_prefix.search(x))
         if n > hits:
             best, hits = e, n
     return best if hits >= 3 else None

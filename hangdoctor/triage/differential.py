@@ -260,22 +260,23 @@ def observe(ev: Evidence) -> Observations:
             if name not in obs.errors and rx.search(line):
                 obs.errors[name] = line.strip()[:200]
                 break
-    # the engine's own model of its log first; then the last line that one of the libraries'
-    # own messages (generated from their source) matches; the generic lines otherwise
+    prose = _prose_lines(ev)
     queue_stuck(lines, obs)
     script_stop(ev, lines, obs)
     sizes_disagree(lines, obs)
-    versions_split(lines + _prose_lines(ev), obs)
+    versions_split(lines + prose, obs)
     log_repeats(lines, obs, _not_a_loop_line)
     if not obs.errors:
         # an error the poster quotes inline (`OSError: image file is truncated`) is the program's
         # words inside a sentence: its class counts, the sentence does not
-        for line in _prose_lines(ev):
+        for line in prose:
             for span in _INLINE_CODE.findall(line):
                 for name, rx in _ERRORS:
                     if name not in obs.errors and rx.search(span):
                         obs.errors[name] = span.strip()[:200]
                         break
+    # the engine's own model of its log first; then the last line that one of the libraries'
+    # own messages (generated from their source) matches; the generic lines otherwise
     if phase in _ENGINE_PHASE:
         obs.phase, obs.phase_line = _ENGINE_PHASE[phase], eline
     else:
@@ -285,7 +286,7 @@ def observe(ev: Evidence) -> Observations:
             # went on to the next one of its start-up (load -> profile -> capture -> serve)
             obs.phase = _AFTER[obs.phase]
     if obs.phase is None:
-        said = _phase_said(ev)
+        said = _phase_said(prose)
         if said:
             obs.phase, obs.phase_line = said
             obs.phase_said = True
@@ -312,32 +313,18 @@ _DONE_BAR = re.compile(r"\b100%\s*(?:Completed\s*)?\|.*?\b(\d+)/\1\b")
 _AFTER = {"load": "warmup", "warmup": "graph-capture", "graph-capture": "serving"}
 
 
-def _phase_said(ev: Evidence) -> tuple[str, str] | None:
-    """Where the poster says it stops, from their sentences (never a script): the first phase
-    word after 'hangs / stuck / stops at…'. A written document (a README, a write-up) describes
-    hangs in general, not this one: nothing is taken from it, unless it reads as someone's report
-    of their own incident (parsers.prose.is_report)."""
-    for s in ev.snapshots:
-        for item in s.get("pasted_prose") or []:
-            if not isinstance(item, dict) or item.get("script"):
-                continue
-            said: list[tuple[str, str]] = []
-            for line in item.get("lines") or []:
-                if not isinstance(line, str):
-                    continue
-                m = _SAYS_STOPS.search(line)
-                if not m:
-                    continue
-                # "hangs at / after X" first, then what hangs ("the request hangs")
-                for part in (m.group("where"), m.group("before")):
-                    hit = next((name for name, rx in _PROSE_PHASE if rx.search(part)), None)
-                    if hit:
-                        said.append((hit, line.strip()[:200]))
-                        break
-            if not said:
-                continue
-            if not item.get("document") or item.get("report"):
-                return said[0]
+def _phase_said(prose: list[str]) -> tuple[str, str] | None:
+    """Where the poster says it stops, from the sentences of a report (:func:`_prose_lines`:
+    never a script, never a write-up about hangs in general): the first phase word after
+    'hangs / stuck / stops at…', else before it ('the request hangs')."""
+    for line in prose:
+        m = _SAYS_STOPS.search(line)
+        if not m:
+            continue
+        for part in (m.group("where"), m.group("before")):
+            hit = next((name for name, rx in _PROSE_PHASE if rx.search(part)), None)
+            if hit:
+                return hit, line.strip()[:200]
     return None
 
 

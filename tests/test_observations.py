@@ -186,6 +186,15 @@ def test_what_the_poster_says_hangs_names_the_phase() -> None:
     assert _obs("We upgraded the driver last week and everything is fine now, thanks.\n", "ticket.md").phase is None
 
 
+def test_calls_that_are_answered_put_a_hang_without_a_phase_word_in_serving() -> None:
+    hang = "However, our agent integrations consistently hang indefinitely with the same models.\n"
+    works = "The native API works correctly when calling it with curl, and returns a normal response.\n"
+    said = _obs("I run the server on my laptop.\n" + hang + works, "ticket.md")
+    assert said.phase == "serving" and said.phase_said and "hang" in said.phase_line
+    assert _obs("I run the server on my laptop.\n" + hang, "ticket.md").phase is None  # no call answered
+    assert _obs("I run the server on my laptop.\n" + works, "ticket.md").phase is None  # nothing hangs
+
+
 # --- sizes beside a collective, a loop's line, versions that split --------------------------
 
 def test_sizes_that_differ_beside_a_collective_are_ranks_that_disagree() -> None:
@@ -323,6 +332,29 @@ def test_a_statement_the_poster_marks_as_hanging_places_the_stop() -> None:
     assert "remote-wait" in pos
     assert _ids(script, "ticket.md")[0] == "rank-died"
     assert not _obs(script.replace("# this hangs forever", "# returns 'ACTOR OK'"), "ticket.md").positions
+
+
+REPRO = ("```python\nimport os, torch\nimport torch.distributed as dist\n\n"
+         "path = os.path.join('/tmp', 'x')\n"
+         "dist.init_process_group('nccl')\ntorch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
+         "dist.barrier()  # first collective\ndist.all_reduce(torch.ones(1).cuda())\nprint('done')\n```\n")
+
+
+def test_a_reproducer_pasted_without_its_output_names_its_waits_as_candidates() -> None:
+    hangs = REPRO.replace("\n\npath", "\n# reproduces the hang on two nodes\npath")
+    pos = _obs("How to reproduce\n" + hangs, "ticket.md").positions
+    assert list(pos) == ["rendezvous", "collective"]  # in the script's order; os.path.join is no wait
+    assert all(p.factor < 1 for p in pos.values()) and "init_process_group" in pos["rendezvous"].frame
+    ranked = analyze([analyze_inputs([("ticket.md", "How to reproduce\n" + hangs)])])["causes"]
+    assert ranked[0]["id"] == "rendezvous-stall" and ranked[0]["confidence"] == "low"
+    # a report of one's own hang around the same script: candidates too
+    report = ("When I run this on our two nodes with four GPUs each, my job hangs and the GPUs sit idle; "
+              "we waited an hour and nothing more was printed.\n")
+    assert "rendezvous" in _obs(report + REPRO, "ticket.md").positions
+    # a script nobody says hangs, or one whose output places the stop, gives no candidates
+    assert not _obs("How to reproduce\n" + REPRO, "ticket.md").positions
+    pos = _obs(hangs + "```\ndone\n```\n", "ticket.md").positions
+    assert all(p.factor == 1 for p in pos.values())
 
 
 def test_works_and_does_not_work_in_words_split_versions_too() -> None:

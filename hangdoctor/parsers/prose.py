@@ -111,7 +111,9 @@ _CODE = re.compile(
     r"^\s*(?:def \w+\(|class \w+[(:]|import \w|from [\w.]+ import |return\b|if .+:\s*(?:#.*)?$|"
     r"elif .+:\s*$|else:\s*$|for .+ in .+:\s*$|while .+:\s*$|with .+:\s*$|try:\s*$|except\b.*:\s*$|"
     r"finally:\s*$|@[\w.]+|[A-Za-z_][\w.]*(?:\[[^\]]*\])?\s*(?:[-+*/]?=)\s*[^=]|"
-    r"[A-Za-z_][\w.]*\([^)]*\)?\s*$|print\(|assert\b|pass\s*$|raise \w|[)\]}]+[,:]?\s*$)"
+    # a call statement: nested calls inside it, a comment after it, or its arguments going on
+    r"[A-Za-z_][\w.]*\([^)]*\)?\s*$|[A-Za-z_][\w.]*\(.*\)\s*#.*$|[A-Za-z_][\w.]*\((?:[^()]|\([^()]*\))*\)\s*$|"
+    r"print\(|assert\b|pass\s*$|raise \w|[)\]}]+[,:]?\s*$)"
 )
 _TRACEBACK_FILE = re.compile(r'^\s*File "[^"]+", line \d+')
 # what only source has: a keyword statement or an assignment with spaces (a printed record such

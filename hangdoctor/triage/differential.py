@@ -30,6 +30,7 @@ from hangdoctor.triage.readings import (
     log_repeats,
     queue_stuck,
     script_stop,
+    script_waits,
     sizes_disagree,
     versions_split,
 )
@@ -290,6 +291,10 @@ def observe(ev: Evidence) -> Observations:
         if said:
             obs.phase, obs.phase_line = said
             obs.phase_said = True
+    if obs.empty:
+        reported = any(isinstance(i, dict) and i.get("report") for s in ev.snapshots
+                       for i in s.get("pasted_prose") or [])
+        script_waits(ev, lines, obs, reported)
     return obs
 
 
@@ -317,15 +322,27 @@ def _phase_said(prose: list[str]) -> tuple[str, str] | None:
     """Where the poster says it stops, from the sentences of a report (:func:`_prose_lines`:
     never a script, never a write-up about hangs in general): the first phase word after
     'hangs / stuck / stops at…', else before it ('the request hangs')."""
+    said = ""
     for line in prose:
         m = _SAYS_STOPS.search(line)
         if not m:
             continue
+        said = said or line.strip()[:200]
         for part in (m.group("where"), m.group("before")):
             hit = next((name for name, rx in _PROSE_PHASE if rx.search(part)), None)
             if hit:
                 return hit, line.strip()[:200]
+    if said and any(_SERVES.search(line) for line in prose):
+        # it hangs, and the poster says some calls to the same server are answered: the server
+        # is past its start-up, so the stop is in serving
+        return "serving", said
     return None
+
+
+# a call that works or is answered ("the API works correctly", "curl returns a normal response")
+_SERVES = re.compile(r"(?=.*\b(?:API|endpoint|curl|requests?|calls?|calling|queries|query)\b)"
+                     r"(?=.*\b(?:works?|worked|succeed\w*|returns? (?:a |the )?(?:normal|correct|valid|proper)\w* "
+                     r"(?:response|answer|result)|respond\w*|answer(?:s|ed))\b)", re.I)
 
 
 # the generated messages' phases in the differential's words
@@ -378,6 +395,8 @@ def prior_signals(obs: Observations) -> dict[str, list[dict[str, Any]]]:
     for w, pos in obs.positions.items():
         table = data["wait"].get(w)
         if table:
+            if pos.factor != 1.0:
+                table = {c: w * pos.factor for c, w in table.items()}
             if pos.pids:
                 who = f"{len(pos.pids)} process(es)" if len(pos.pids) != 1 else f"pid {pos.pids[0]}"
                 add(table, f"{who} wait in {w}" + (f" ({pos.frame})" if pos.frame else ""))

@@ -22,6 +22,7 @@ class Position:
     wait: str  # the wait class (evidence/stacks.py's wait_kind, collective ops folded)
     frame: str
     pids: list[int] = field(default_factory=list)
+    factor: float = 1.0  # below 1 for a candidate (a script's waits), not where a process was seen
 
 
 
@@ -160,7 +161,8 @@ _STATEMENT_WAITS: list[tuple[str, re.Pattern[str]]] = [
     # a remote task's or an actor's answer (ray.get, a future's result): it never comes when the
     # worker that owes it died without the caller being told
     ("remote-wait", re.compile(r"\bray\.get\(|\.result\(")),
-    ("ipc-wait", re.compile(r"\.join\(|\.get\(\s*\)|\.wait\(")),
+    # a thread's or a process's join (never os.path.join or str.join: they take arguments)
+    ("ipc-wait", re.compile(r"\.join\(\s*(?:timeout\s*=[^()]*)?\)|\.get\(\s*\)|\.wait\(")),
     ("cuda-sync", re.compile(r"torch\.cuda\.synchronize\(|\.synchronize\(\)|\.item\(\)|\.cpu\(\)|\.tolist\(\)")),
     ("serving-call", re.compile(r"\.generate\(|\.chat\(|\.completions?\.|requests\.post\(|\.encode\(")),
 ]
@@ -183,6 +185,23 @@ def _marks_hang(line: str, obs: Any) -> bool:
     return False
 
 
+def _literals(code: list[str]) -> list[tuple[re.Pattern[str], int]]:
+    """What each print of the script prints (an f-string's {…} stand for anything), by line."""
+    out: list[tuple[re.Pattern[str], int]] = []
+    for i, x in enumerate(code):
+        m = _PRINT_LITERAL.match(x)
+        if m:
+            text = m.group("text").strip()
+            if m.group("f"):
+                rx = "".join(".+?" if part.startswith("{") else re.escape(part)
+                             for part in re.split(r"(\{[^{}]*\})", text))
+            else:
+                rx = re.escape(text)
+            if re.sub(r"\\.|\.\+\?", "", rx).strip():
+                out.append((re.compile(rx + "$"), i))
+    return out
+
+
 def script_stop(ev: Evidence, lines: list[str], obs: Any) -> None:
     printed = [x.strip() for x in lines if x.strip()]
     for x in lines[-3000:]:
@@ -195,18 +214,7 @@ def script_stop(ev: Evidence, lines: list[str], obs: Any) -> None:
             code = [x for x in item.get("lines") or [] if isinstance(x, str)]
             if any(_marks_hang(x, obs) for x in code):
                 return
-            literals: list[tuple[re.Pattern[str], int]] = []
-            for i, x in enumerate(code):
-                m = _PRINT_LITERAL.match(x)
-                if m:
-                    text = m.group("text").strip()
-                    if m.group("f"):  # an f-string: each {…} stands for what it printed
-                        rx = "".join(".+?" if part.startswith("{") else re.escape(part)
-                                     for part in re.split(r"(\{[^{}]*\})", text))
-                    else:
-                        rx = re.escape(text)
-                    if re.sub(r"\\.|\.\+\?", "", rx).strip():
-                        literals.append((re.compile(rx + "$"), i))
+            literals = _literals(code)
             if not literals or not printed:
                 continue
             hit = next(((x, i) for x in reversed(printed) for rx, i in literals if rx.match(x)), None)
@@ -224,3 +232,41 @@ def script_stop(ev: Evidence, lines: list[str], obs: Any) -> None:
                         return
                 if _PRINT_LITERAL.match(nxt):
                     break  # the next print was not reached: what comes after it never ran
+
+
+_HANG_WORD = re.compile(r"\b(?:hangs?|hung|hanging|stuck|deadlock\w*|freez\w*|frozen)\b", re.I)
+SCRIPT_FACTOR = 0.5  # a statement the run may have stopped at weighs less than one it was seen at
+
+
+def script_waits(ev: Evidence, lines: list[str], obs: Any, reported: bool) -> None:
+    """A reproducer pasted without any output of it (no line it prints is in the evidence): the
+    run stopped at one of the statements that wait, and the script names them in the order it
+    reaches them. Read only when nothing
+    else placed the stop, and only for a script of a hang (its report says so, or the script
+    speaks of it in its comments or strings); the first three wait classes are candidates, at
+    a lower weight than a stop seen in a stack or a log."""
+    for s in ev.snapshots:
+        for item in s.get("pasted_prose") or []:
+            if not isinstance(item, dict) or not item.get("script"):
+                continue
+            code = [x for x in item.get("lines") or [] if isinstance(x, str)]
+            if not (reported or any(_HANG_WORD.search(x) for x in code)):
+                continue
+            printed = {x.strip() for x in lines if x.strip()}
+            if any(rx.match(x) for rx, _i in _literals(code) for x in printed):
+                continue  # its output is here: where it got to is read from that, not guessed
+            seen: list[str] = []
+            for x in code:
+                stmt = x.strip()
+                if not stmt or stmt.startswith("#") or _PRINT_LITERAL.match(stmt):
+                    continue
+                for wait, rx in _STATEMENT_WAITS:
+                    if rx.search(stmt):
+                        if wait not in seen and wait not in obs.positions:
+                            seen.append(wait)
+                            obs.positions[wait] = Position(
+                                wait, f"the script, pasted without its output, waits here: {stmt[:100]}",
+                                factor=SCRIPT_FACTOR)
+                        break
+                if len(seen) >= 3:
+                    return

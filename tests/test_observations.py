@@ -303,6 +303,31 @@ def test_code_that_does_not_wait_inside_an_async_http_call_blocks_the_event_loop
     assert "event-loop" not in _obs(BLOCKED_LOOP.replace("httpx/", "mylib/")).positions
 
 
+IDLE_LOOP = """Thread 94384 (idle): "MainThread"
+    run (uvloop/__init__.py:69)
+    cmd (vllm/entrypoints/cli/serve.py:148)
+    main (vllm/entrypoints/cli/main.py:95)
+"""
+ENGINE_IDLE = """Process 96637: VLLM::EngineCore
+Thread 96637 (idle): "MainThread"
+    wait (threading.py:320)
+    get (queue.py:171)
+    _process_input_queue (vllm/v1/engine/core.py:1249)
+    run_busy_loop (vllm/v1/engine/core.py:1227)
+"""
+
+
+def test_an_idle_loop_and_an_engine_waiting_for_requests_are_idle_not_blocked() -> None:
+    # uvloop's own run innermost is a loop waiting for events, not code that blocks it
+    assert "event-loop" not in _obs(IDLE_LOOP).positions
+    # a queue wait where the library idles for work (vLLM's _process_input_queue) is idle ...
+    assert _waits(ENGINE_IDLE) == ["serving-idle"]
+    assert set(_obs(IDLE_LOOP + "\n" + ENGINE_IDLE).positions) == {"serving-idle"}
+    # ... and the same queue wait in code the libraries do not name stays a pipe/queue wait
+    mine = ENGINE_IDLE.replace("vllm/v1/engine/core.py", "myapp/worker.py")
+    assert _waits(mine) == ["ipc-wait"]
+
+
 def test_requests_waiting_while_none_runs_is_a_scheduler_that_cannot_admit() -> None:
     stuck = ("INFO 04-15 09:40:01 [loggers.py:127] Engine 000: Avg prompt throughput: 0.0 tokens/s, "
              "Avg generation throughput: 0.0 tokens/s, Running: 0 reqs, Waiting: 1 reqs\n")

@@ -240,7 +240,7 @@ def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
         for pat, where in _IPC:
             if pat.match(f.bare) and where in f.file:
                 # a subprocess wait under a compile is a compile (caught above); else IPC
-                return "ipc-wait", f.short
+                return _idle_in(frames) or ("ipc-wait", f.short)
         for pat, wheres in _SERVING:
             if pat.match(f.bare) and _in(f.file, wheres):
                 return "serving-idle", f.short
@@ -261,7 +261,7 @@ def classify(frames: list[Frame], active: bool) -> tuple[str, str]:
     for f in frames[:5]:
         if not f.native and f.bare in ("get", "put", "get_nowait", "put_nowait") and \
                 f.file.endswith(("multiprocessing/queues.py", "queue.py")):
-            return "ipc-wait", f.short
+            return _idle_in(frames) or ("ipc-wait", f.short)
     # the libraries' own wait points (knowledge/generated/wait_points.json, read out of their
     # source): the innermost frame that is one names the wait
     found = _generated_wait(frames)
@@ -278,6 +278,26 @@ _GENERATED_KIND = {
     "graph-capture": "graph-capture", "event-loop": "serving-idle", "idle-wait": "serving-idle",
     "sleep-poll": "ipc-wait", "import": "import",
 }
+
+
+def _idle_in(frames: list[Frame]) -> tuple[str, str] | None:
+    """A queue's, a socket's or a condition's wait that a library's own code calls where it
+    idles for work is idle, not IPC: vLLM's EngineCoreProc._process_input_queue waits for
+    "requests from the API server", released by a request arriving (wait_points.json)."""
+    try:
+        from hangdoctor.knowledge.generated import classify_frame
+    except ImportError:
+        return None
+    for f in frames[:8]:
+        if f.native:
+            continue
+        try:
+            hit = classify_frame(f.bare, f.file)
+        except Exception:  # noqa: BLE001 - a table that cannot answer leaves the frame as it is
+            return None
+        if hit and hit.get("wait_class") in ("idle-wait", "event-loop"):
+            return "serving-idle", f.short
+    return None
 
 
 def _generated_wait(frames: list[Frame]) -> tuple[str, str] | None:

@@ -167,9 +167,12 @@ def _wait_of(thread: Any) -> str:
                 not f.native and _TEARDOWN_PY.match(f.bare) and "torch/distributed" in f.file):
             return "teardown"
     kind = thread.wait_kind or "unknown"
-    if kind in ("unknown", "running") and any(not f.native and _in_async_http(f.file) for f in thread.frames):
+    inner = next((f for f in thread.frames if not f.native), None)
+    if kind in ("unknown", "running") and inner is not None and not _in_async_http(inner.file) and \
+            any(not f.native and _in_async_http(f.file) for f in thread.frames):
         # code that does not wait, inside an asyncio HTTP server's or client's call: the event
-        # loop runs it and serves nothing else until it returns (asyncio docs, "Developing with
+        # loop runs it and serves nothing else until it returns (the loop's own frames innermost,
+        # uvloop's run or asyncio's select, are a loop waiting for events: idle) (asyncio docs, "Developing with
         # asyncio": a blocking call in a coroutine blocks the whole loop)
         return "event-loop"
     return "collective" if kind.startswith("collective") else kind

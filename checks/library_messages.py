@@ -13,14 +13,32 @@ hangdoctor.knowledge and the foundation; never psutil, nvidia-ml-py, asyncssh.
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
-from hangdoctor.checkapi import Signal, check, cleared, fired, skipped, support
+from hangdoctor.checkapi import Signal, against, check, cleared, fired, skipped, support
 from hangdoctor.evidence.model import Evidence
 from hangdoctor.knowledge.matcher import SYMPTOM_CAP, view_of_evidence
 
 MECHANISM_CAP = 0.45  # one library line, however telling, is one observation
 MAX_LINES = 30000
+
+# a wait that ran out of time, raised by the waiting side: vLLM's multiproc_executor.get_response
+# (mq.dequeue(timeout=...) -> TimeoutError, "RPC call to {method} timed out"), shm_broadcast's
+# dequeue, torch's ProcessGroupNCCL watchdog ("Watchdog caught collective operation timeout",
+# then "To avoid data inconsistency, we are taking the entire process down"), c10d's store
+_TIMEOUT = re.compile(r"\bTimeoutError\b|\btimed out\b|Watchdog caught collective operation timeout|"
+                      r"DistStoreError\b.*[Tt]imeout")
+# a process that died on its own: a signal, the OOM killer, an exit code (before any timeout)
+_DIED = re.compile(r"\bKilled\b|SIGKILL|SIGSEGV|SIGBUS|SIGABRT|[Ss]egmentation fault|core dumped|"
+                   r"exit(?:ed)? (?:with )?code -?\d+|exitcode\s*:\s*-?\d+|died unexpectedly|"
+                   r"exited unexpectedly|Out of memory|out of memory")
+
+
+def _dead_line(line: str, gen: Any) -> bool:
+    """A line that says a process or the engine died (a library's message that names rank-died)."""
+    return any(any(c.get("cause") == "rank-died" for c in m.get("causes") or [])
+               and m.get("kind") != "symptom" for m in gen.match_message(line)) or bool(_DIED.search(line))
 
 
 def _messages() -> Any:
@@ -70,5 +88,15 @@ def library_messages(ev: Evidence):
         refs = [f"library-message:{m['id']}"] + (["symptom"] if symptom else [])
         for c in m["causes"]:
             signals.append(support(c["cause"], min(cap, float(c.get("weight") or 0.1)), text, refs=list(refs)))
+    first_death = next((i for i, x in enumerate(lines) if _dead_line(x, gen)), None)
+    first_timeout = next((i for i, x in enumerate(lines) if _TIMEOUT.search(x)), None)
+    if first_death is not None and first_timeout is not None and first_timeout < first_death and \
+            not any(_DIED.search(x) for x in lines[:first_timeout]):
+        signals.append(against(
+            "rank-died", 0.6,
+            "the death follows a wait that timed out, raised by the waiting side, and nothing died "
+            f"before it: the timeout is the stop, the death its consequence (`{lines[first_timeout].strip()[:120]}`, "
+            "then `" + lines[first_death].strip()[:120] + "`)", refs=["consequence", "vllm:v1/executor/multiproc_executor.py",
+                                                                  "torch:ProcessGroupNCCL.cpp"]))
     events = sorted({str(m.get("event")) for m, _ in best.values()})
     return fired(f"{len(best)} library message(s): " + ", ".join(events[:8]), *signals)

@@ -423,3 +423,26 @@ def test_a_traceback_behind_a_logger_prefix_or_cut_to_its_frames_is_an_exception
     assert "exception" in _obs(log).errors
     # faulthandler's frames (no comma before "in") are a stack, not an error
     assert "exception" not in _obs('File "/x/y.py", line 3 in wait\nFile "/x/z.py", line 9 in main\n').errors
+
+
+# --- a death that follows the timeout it raised ---------------------------------------------
+
+TIMEOUT_THEN_DEAD = """(EngineCore_DP0 pid=311) ERROR 10-01 12:00:00 [multiproc_executor.py:386] File "vllm/v1/executor/multiproc_executor.py", line 386, in get_response
+(EngineCore_DP0 pid=311) ERROR 10-01 12:00:00 [multiproc_executor.py:386] TimeoutError: RPC call to execute_model timed out.
+(EngineCore_DP0 pid=311) ERROR 10-01 12:00:00 [core.py:1138] EngineCore encountered a fatal error.
+"""
+
+
+def _rank_died(text: str) -> dict:
+    causes = analyze([analyze_inputs([("server.log", text)])])["causes"]
+    return next(c for c in causes if c["id"] == "rank-died")
+
+
+def test_a_death_that_follows_the_timeout_it_raised_is_its_consequence() -> None:
+    c = _rank_died(TIMEOUT_THEN_DEAD)
+    assert c["symptom_only"] and any("consequence" in a["refs"] for a in c["against"])
+    # a worker that died first, then the timeout: the death is no consequence, it leads
+    died_first = ("(EngineCore_DP0 pid=311) ERROR 10-01 11:59:00 [multiproc_executor.py:150] "
+                  "Worker proc VllmWorker-1 died unexpectedly, shutting down executor.\n" + TIMEOUT_THEN_DEAD)
+    c = _rank_died(died_first)
+    assert not c["symptom_only"] and not any("consequence" in a["refs"] for a in c["against"])

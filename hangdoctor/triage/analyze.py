@@ -477,8 +477,9 @@ def analyze(snapshots: list[dict[str, Any]], checks: list[Check] | None = None,
                 seen.add(key)
                 odd.append(o)
         c = CAUSES.get(cid)
-        symptom_only = _symptom_only(a["for"])
-        # several downstream symptoms together are still only symptoms
+        # several downstream symptoms together are still only symptoms; so is what the evidence
+        # shows to be the consequence of the stop (a death that follows the timeout it raised)
+        symptom_only = _symptom_only(a["for"]) or any("consequence" in (i.get("refs") or []) for i in a["against"])
         score = min(a["score"], SYMPTOM_CAP) if symptom_only else a["score"]
         causes.append({
             "id": cid, "title": title(cid), "score": score, "confidence": _confidence(score),

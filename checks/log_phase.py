@@ -50,7 +50,10 @@ def log_phase(ev: Evidence):
     Confirm by hand: tail -n 50 LOG; ls -l --time-style=full-iso LOG (when was it last written?)
     """
     lv = ev.log
-    last = lv.last(*_PHASE_KINDS)
+    # an idle server's stats line (zero throughput, nothing running) is a heartbeat: it says the
+    # engine has no work, not where the server got to (vLLM logs it every 10 s regardless)
+    last = next((e for e in reversed(lv.of(*_PHASE_KINDS))
+                 if not (e.kind == "request" and e.data.get("idle"))), None)
     if last is None:
         return cleared("no loading, compile, capture or request lines in the log")
     meta = ev.log_meta

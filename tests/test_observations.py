@@ -446,3 +446,20 @@ def test_a_death_that_follows_the_timeout_it_raised_is_its_consequence() -> None
                   "Worker proc VllmWorker-1 died unexpectedly, shutting down executor.\n" + TIMEOUT_THEN_DEAD)
     c = _rank_died(died_first)
     assert not c["symptom_only"] and not any("consequence" in a["refs"] for a in c["against"])
+
+
+# --- an idle server's stats line is a heartbeat ---------------------------------------------
+
+STATS = ("INFO 08-09 03:02:{s} metrics.py:406] Avg prompt throughput: {t} tokens/s, Avg generation throughput: "
+         "{t} tokens/s, Running: {r} reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 0.0%\n")
+
+
+def test_an_idle_servers_stats_line_is_a_heartbeat_and_the_phase_stays_where_it_was() -> None:
+    compiling = "INFO 08-09 03:02:30 backends.py:120] Compiling a graph for dynamic shape with Inductor\n"
+    idle = compiling + "".join(STATS.format(s=s, t="0.0", r=0) for s in (36, 46, 56))
+    assert _obs(idle, "server.log").phase == "compile"
+    assert _ids(idle, "server.log")[0] == "compile-in-progress"
+    # a stats line with a request running is the engine at work: serving, and the compile is over
+    busy = compiling + "".join(STATS.format(s=s, t="12.5", r=1) for s in (36, 46, 56))
+    assert _obs(busy, "server.log").phase == "serving"
+    assert _ids(busy, "server.log")[0] != "compile-in-progress"

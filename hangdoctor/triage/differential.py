@@ -256,7 +256,7 @@ def observe(ev: Evidence) -> Observations:
         if line == prev:
             continue  # a line repeated in a row says nothing new (a paste of one line 64 MB long)
         prev = line
-        for name, rx in (() if _says_no_phase(line) else _PHASE_LINES):
+        for name, rx in (() if _says_no_phase(line) or _IDLE_STATS.search(line) else _PHASE_LINES):
             if rx.search(line):
                 generic = (name, line.strip()[:200])  # the last one wins: where it stopped
                 break
@@ -354,13 +354,19 @@ _MESSAGE_PHASE = {"init": "init", "rendezvous": "rendezvous", "load": "load", "c
                   "shutdown": "shutdown", "import": "import"}
 
 
+# an idle server's stats line (vLLM's metrics / loggers.py, every 10 s: zero throughput, nothing
+# running) is a heartbeat: the engine has no work, and the phase is where the lines before it were
+_IDLE_STATS = re.compile(r"Avg prompt throughput: 0(?:\.0+)? tokens/s, Avg generation throughput: 0(?:\.0+)? "
+                         r"tokens/s, Running: 0 reqs")
+
+
 def _phase_of_messages(lines: list[str]) -> tuple[str, str] | None:
     try:
         from hangdoctor.knowledge.generated import match_message
     except ImportError:
         return None
     for line in reversed(lines[-3000:]):
-        if _says_no_phase(line):
+        if _says_no_phase(line) or _IDLE_STATS.search(line):
             continue
         for m in match_message(line):
             ph = _MESSAGE_PHASE.get(str(m.get("phase")))

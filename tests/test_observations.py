@@ -463,3 +463,13 @@ def test_an_idle_servers_stats_line_is_a_heartbeat_and_the_phase_stays_where_it_
     busy = compiling + "".join(STATS.format(s=s, t="12.5", r=1) for s in (36, 46, 56))
     assert _obs(busy, "server.log").phase == "serving"
     assert _ids(busy, "server.log")[0] != "compile-in-progress"
+
+
+def test_requests_running_and_no_token_made_for_several_intervals_is_a_step_that_does_not_return() -> None:
+    stuck = "".join(STATS.format(s=s, t="0.0", r=1) for s in (36, 46, 56))
+    pos = _obs(stuck, "server.log").positions
+    assert "step-stuck" in pos and "3 stats lines" in pos["step-stuck"].frame
+    assert "gpu-kernel-spin" in _ids(stuck, "server.log")[:3]
+    # tokens made, or only two intervals without one: no stuck step
+    assert "step-stuck" not in _obs(stuck.replace("0.0 tokens/s, Running", "4.2 tokens/s, Running"), "server.log").positions
+    assert "step-stuck" not in _obs("".join(STATS.format(s=s, t="0.0", r=1) for s in (46, 56)), "server.log").positions

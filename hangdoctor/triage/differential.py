@@ -380,6 +380,7 @@ _SAID = {
     "size-mismatch": "ranks print different sizes beside the same collective",
     "log-repeats": "the log repeats one line: a loop that makes no progress",
     "queue-stuck": "requests wait and none runs",
+    "step-stuck": "requests run and no step of the engine finishes",
     "version-split": "a version separates the failing configurations from the working ones",
     "event-loop": "the stop is on an event loop",
     "remote-wait": "the stop waits for a remote task's answer",

@@ -129,21 +129,36 @@ def versions_split(lines: list[str], obs: Any) -> None:
 
 
 # vLLM's periodic scheduler stats (v1/metrics/loggers.py: "Running: %d reqs", "Waiting: %d
-# reqs"): requests waiting while none runs is a scheduler that cannot admit what waits (the KV
+# reqs"; the v0 engine's metrics.py says "Pending: %d reqs"): requests waiting while none runs is a scheduler that cannot admit what waits (the KV
 # cache or the token budget too small for it, or a request it never picks)
-_STATS = re.compile(r"Running: (?P<run>\d+) reqs.{0,80}?Waiting: (?P<wait>\d+) reqs|"
-                    r"Waiting: (?P<wait2>\d+) reqs.{0,80}?Running: (?P<run2>\d+) reqs")
+_STATS = re.compile(r"Running: (?P<run>\d+) reqs.{0,80}?(?:Waiting|Pending): (?P<wait>\d+) reqs|"
+                    r"(?:Waiting|Pending): (?P<wait2>\d+) reqs.{0,80}?Running: (?P<run2>\d+) reqs")
+
+
+# the same lines' throughput over the interval since the last one ("Avg prompt throughput: %.1f
+# tokens/s, Avg generation throughput: %.1f tokens/s"): both zero with requests running means no
+# step of the engine finished in the interval; several intervals in a row, the step in flight
+# does not return (a kernel, a collective, a wait inside the forward pass)
+_THROUGHPUT = re.compile(r"Avg prompt throughput: (?P<p>[\d.]+) tokens/s, Avg generation throughput: (?P<g>[\d.]+)")
+STEP_STUCK_MIN = 3  # stats lines in a row (vLLM logs one every 10 s): half a minute without a step
 
 
 def queue_stuck(lines: list[str], obs: Any) -> None:
     last = None
+    still = 0  # stats lines in a row, at the end, with requests running and no token made
     for line in lines[-3000:]:
         m = _STATS.search(line)
         if m:
             last = (int(m.group("run") or m.group("run2")), int(m.group("wait") or m.group("wait2")), line)
+            t = _THROUGHPUT.search(line)
+            still = still + 1 if (last[0] > 0 and t and float(t.group("p")) == 0 and float(t.group("g")) == 0) else 0
     if last and last[0] == 0 and last[1] > 0:
         obs.positions.setdefault("queue-stuck", Position(
             "queue-stuck", f"{last[1]} request(s) waiting, none running: {last[2].strip()[:140]}"))
+    elif last and still >= STEP_STUCK_MIN:
+        obs.positions.setdefault("step-stuck", Position(
+            "step-stuck", f"{still} stats lines in a row with {last[0]} request(s) running and no token "
+                          f"made: {last[2].strip()[:140]}"))
 
 
 # "the command, then its output": a pasted script and what it printed. The last line the run

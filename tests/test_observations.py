@@ -473,3 +473,13 @@ def test_requests_running_and_no_token_made_for_several_intervals_is_a_step_that
     # tokens made, or only two intervals without one: no stuck step
     assert "step-stuck" not in _obs(stuck.replace("0.0 tokens/s, Running", "4.2 tokens/s, Running"), "server.log").positions
     assert "step-stuck" not in _obs("".join(STATS.format(s=s, t="0.0", r=1) for s in (46, 56)), "server.log").positions
+
+
+def test_a_last_line_that_announces_a_waiting_call_places_the_stop_in_it() -> None:
+    out = "[rank0]: step 9 done\nCalling destroy_process_group()...\n"
+    pos = _obs(out, "run.log").positions
+    assert "teardown" in pos and "destroy_process_group" in pos["teardown"].frame
+    assert "collective" in _obs("Running all_reduce ...\n", "run.log").positions
+    # the call returned (a line after it), or the call names no wait: nothing placed
+    assert "teardown" not in _obs(out + "Process group destroyed, exiting.\n", "run.log").positions
+    assert not _obs("Calling load_my_config()...\n", "run.log").positions

@@ -27,6 +27,7 @@ from hangdoctor.evidence.model import Evidence
 from hangdoctor.knowledge import causes as causes_mod
 from hangdoctor.triage.readings import (
     Position,
+    announced_stop,
     log_repeats,
     queue_stuck,
     script_stop,
@@ -267,6 +268,7 @@ def observe(ev: Evidence) -> Observations:
     prose = _prose_lines(ev)
     queue_stuck(lines, obs)
     script_stop(ev, lines, obs)
+    announced_stop(ev, obs)
     sizes_disagree(lines, obs)
     versions_split(lines + prose, obs)
     log_repeats(lines, obs, _not_a_loop_line)
@@ -386,6 +388,7 @@ _SAID = {
     "remote-wait": "the stop waits for a remote task's answer",
     "load-call": "the stop is in a load",
     "serving-call": "the stop is in a request",
+    "teardown": "the stop is in tearing the process group down",
     "compile": "a compiler runs",
 }
 

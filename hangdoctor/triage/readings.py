@@ -170,6 +170,9 @@ _STATEMENT_WAITS: list[tuple[str, re.Pattern[str]]] = [
     # this loop (a future of another loop never is: asyncio docs, "Future attached to a
     # different loop"); the front end's own loop is where such a call waits
     ("event-loop", re.compile(r"\basyncio\.run\(|run_until_complete\(|\bawait\b")),
+    # tearing a process group down waits for its pending work and, in some NCCL versions, for the
+    # peers (torch distributed_c10d.py destroy_process_group; differential.py's teardown wait)
+    ("teardown", re.compile(r"destroy_process_group\(|ncclComm(?:Destroy|Abort|Finalize)\(")),
     ("rendezvous", re.compile(r"init_process_group\(|init_distributed\(|\brendezvous\(|TCPStore\(")),
     ("collective", re.compile(r"\b(?:all_reduce|all_gather\w*|broadcast\w*|barrier|all_to_all\w*|reduce_scatter\w*)\(")),
     ("load-call", re.compile(r"from_pretrained\(|load_state_dict\(|safe_open\(|torch\.load\(|snapshot_download\(")),
@@ -285,3 +288,30 @@ def script_waits(ev: Evidence, lines: list[str], obs: Any, reported: bool) -> No
                         break
                 if len(seen) >= 3:
                     return
+
+
+# a program that says what it starts ("Calling destroy_process_group()...", "Running
+# all_reduce ...", "Waiting for barrier()") and prints nothing after it stopped inside that call
+_ANNOUNCE = re.compile(r"^\W{0,3}(?:\[[^\]]*\]:?\s*)*(?:Calling|Running|Entering|Starting|Waiting (?:for|on)|"
+                       r"Doing|Executing)\s+(?P<call>[\w.]+(?:\(\))?)\s*(?:\.{2,}|…)?\s*$", re.I)
+
+
+def announced_stop(ev: Evidence, obs: Any) -> None:
+    """The last line a program printed (in each pasted output or log) announces a call that
+    waits: the stop is in that call."""
+    outputs: list[list[str]] = []
+    for s in ev.snapshots:
+        outputs += [[x for x in item.get("lines") or [] if isinstance(x, str)]
+                    for item in s.get("pasted_text") or [] if isinstance(item, dict)]
+        if not s.get("pasted_text"):
+            outputs.append([x for x in (s.get("log") or {}).get("tail") or [] if isinstance(x, str)])
+    for out in outputs:
+        last = next((x.strip() for x in reversed(out[-50:]) if x.strip() and not x.strip().startswith("```")), "")
+        m = _ANNOUNCE.match(last)
+        if not m:
+            continue
+        call = m.group("call").rstrip("()") + "("
+        for wait, rx in _STATEMENT_WAITS:
+            if rx.search(call):
+                obs.positions.setdefault(wait, Position(wait, f"the last line announces the call it stopped in: {last[:120]}"))
+                break

@@ -85,3 +85,14 @@ def test_the_snapshot_says_what_came_off() -> None:
     snap = analyze_inputs([("comment.md", wrapped("INFO a\nINFO b\nINFO c\n", "quote"))])
     assert snap["pasted"][0]["unwrapped"] == ["a Markdown quote ('> ')"]
     assert any("read without its wrapping" in n for n in snap["notes"]), snap["notes"]
+
+
+def test_a_fence_around_a_whole_post_with_fences_inside_comes_off() -> None:
+    post = ("### Describe the bug\nThe job hangs at the first barrier on two nodes.\n"
+            "```python\nimport torch.distributed as dist\ndist.init_process_group('nccl')\ndist.barrier()\n```\n")
+    text, said = unwrap("```\n" + post + "```\n")
+    assert text.split("\n")[0] == "### Describe the bug" and any("code fence" in s for s in said)
+    # one fenced log (no fence inside it) is a block, not a wrapper: it stays as it is
+    log = "```\nINFO starting\nINFO loading weights\n```\n"
+    text, said = unwrap(log)
+    assert text == log and not any("code fence" in s for s in said)

@@ -155,6 +155,25 @@ def _fold_records(lines: list[str]) -> tuple[list[str], int]:
     return out, folded
 
 
+_BARE_FENCE = re.compile(r"^\s*(```|~~~)\s*$")
+_ANY_FENCE = re.compile(r"^\s*(```|~~~)")
+
+
+def _outer_fence(lines: list[str]) -> list[str] | None:
+    """The lines inside one fence that wraps the whole text, when fences open and close inside
+    it: a whole post or file fenced once more (a fence cannot hold fences, so the outer one is
+    wrapping, not a block). None when the text is not wrapped so."""
+    idx = [i for i, x in enumerate(lines) if x.strip()]
+    if len(idx) < 3:
+        return None
+    first, last = idx[0], idx[-1]
+    if not (_ANY_FENCE.match(lines[first]) and _BARE_FENCE.match(lines[last])):
+        return None
+    if not any(_ANY_FENCE.match(x) for x in lines[first + 1:last]):
+        return None
+    return lines[:first] + lines[first + 1:last] + lines[last + 1:]
+
+
 def unwrap(text: str) -> tuple[str, list[str]]:
     """(the text without its wrapping, what was taken off)."""
     said: list[str] = []
@@ -176,6 +195,10 @@ def unwrap(text: str) -> tuple[str, list[str]]:
             taken = True
         if taken:
             said.append(name)
+    outer = _outer_fence(lines)
+    if outer is not None:
+        lines = outer
+        said.append("a code fence around the whole text, with fences inside it")
     lines, folded = _fold_records(lines)
     if folded:
         said.append(f"{folded} record(s) printed one field a line (folded onto one line)")

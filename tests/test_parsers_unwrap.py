@@ -96,3 +96,16 @@ def test_a_fence_around_a_whole_post_with_fences_inside_comes_off() -> None:
     log = "```\nINFO starting\nINFO loading weights\n```\n"
     text, said = unwrap(log)
     assert text == log and not any("code fence" in s for s in said)
+
+
+def test_an_indented_block_is_read_at_column_zero() -> None:
+    dump = ('Thread 94384 (idle): "MainThread"\n    run (uvloop/__init__.py:69)\n'
+            'Process 96637: VLLM::EngineCore\nThread 96637 (idle): "MainThread"\n    wait (threading.py:320)\n'
+            '    get (queue.py:171)\n')
+    text, said = unwrap("".join("    " + x + "\n" for x in dump.splitlines()))
+    assert text.rstrip("\n") == dump.rstrip("\n") and any("indent" in s for s in said)
+    ev = Evidence([analyze_inputs([("post.md", "".join("    " + x + "\n" for x in dump.splitlines()))])])
+    assert len([t for ps in ev.stacks.values() for t in ps.threads]) == 2  # two threads, not one
+    # a text whose lines do not all share the indent keeps it
+    mixed = "INFO start\n    detail line\n"
+    assert unwrap(mixed)[0] == mixed

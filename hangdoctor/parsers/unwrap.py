@@ -155,6 +155,20 @@ def _fold_records(lines: list[str]) -> tuple[list[str], int]:
     return out, folded
 
 
+def _common_indent(lines: list[str]) -> str:
+    """The indent every non-blank line shares when it is a Markdown indented block (4 spaces or
+    a tab at least): the text as printed had it at column 0. '' otherwise."""
+    body = [x for x in lines if x.strip()]
+    if len(body) < 2:
+        return ""
+    lead = [x[:len(x) - len(x.lstrip(" \t"))] for x in body]
+    common = lead[0]
+    for w in lead[1:]:
+        while not w.startswith(common):
+            common = common[:-1]
+    return common if common.startswith("\t") or len(common) >= 4 else ""
+
+
 _BARE_FENCE = re.compile(r"^\s*(```|~~~)\s*$")
 _ANY_FENCE = re.compile(r"^\s*(```|~~~)")
 
@@ -195,6 +209,10 @@ def unwrap(text: str) -> tuple[str, list[str]]:
             taken = True
         if taken:
             said.append(name)
+    indent = _common_indent(lines)
+    if indent:
+        lines = [x[len(indent):] if x.startswith(indent) else x.lstrip(" \t") for x in lines]
+        said.append("an indent of every line (a Markdown indented block)")
     outer = _outer_fence(lines)
     if outer is not None:
         lines = outer

@@ -35,12 +35,6 @@ _DIED = re.compile(r"\bKilled\b|SIGKILL|SIGSEGV|SIGBUS|SIGABRT|[Ss]egmentation f
                    r"exited unexpectedly|Out of memory|out of memory")
 
 
-def _dead_line(line: str, gen: Any) -> bool:
-    """A line that says a process or the engine died (a library's message that names rank-died)."""
-    return any(any(c.get("cause") == "rank-died" for c in m.get("causes") or [])
-               and m.get("kind") != "symptom" for m in gen.match_message(line)) or bool(_DIED.search(line))
-
-
 def _messages() -> Any:
     try:
         from hangdoctor.knowledge import generated
@@ -58,6 +52,8 @@ def library_messages(ev: Evidence):
     """Matches the program lines of the evidence (never a poster's sentences) against the
     message templates generated from torch, NCCL, vLLM, SGLang, TGI, huggingface_hub and the
     other libraries (tools/gen_knowledge); each match speaks for the causes its template names.
+    A death that follows a wait which timed out on the waiting side, with nothing dead before it,
+    is the stop's consequence: it speaks against rank-died, which then ranks among the symptoms.
 
     Confirm by hand: grep the library's source for the template the report names (its file and
     line are in the evidence), e.g. `pip download --no-deps vllm && unzip -p vllm-*.whl FILE`.
@@ -72,11 +68,14 @@ def library_messages(ev: Evidence):
     # one signal per event: two templates of one message (a release that reworded it, a second
     # call site) are one observation, not two
     best: dict[str, tuple[dict[str, Any], str]] = {}
+    deaths: set[str] = set()  # lines a library's message says a process or the engine died in
     for line in dict.fromkeys(lines):
         for m in gen.match_message(line):
             key = str(m.get("event") or m["id"])
             if m.get("causes") and key not in best:
                 best[key] = (m, line)
+            if m.get("kind") != "symptom" and any(c.get("cause") == "rank-died" for c in m.get("causes") or []):
+                deaths.add(line)
     if not best:
         return cleared("no line matches a library's message template that names a cause")
     signals: list[Signal] = []
@@ -88,7 +87,7 @@ def library_messages(ev: Evidence):
         refs = [f"library-message:{m['id']}"] + (["symptom"] if symptom else [])
         for c in m["causes"]:
             signals.append(support(c["cause"], min(cap, float(c.get("weight") or 0.1)), text, refs=list(refs)))
-    first_death = next((i for i, x in enumerate(lines) if _dead_line(x, gen)), None)
+    first_death = next((i for i, x in enumerate(lines) if x in deaths or _DIED.search(x)), None)
     first_timeout = next((i for i, x in enumerate(lines) if _TIMEOUT.search(x)), None)
     if first_death is not None and first_timeout is not None and first_timeout < first_death and \
             not any(_DIED.search(x) for x in lines[:first_timeout]):

@@ -44,6 +44,7 @@ SOURCES: list[tuple[str, str, str]] = [
     ("git", "triton-core", ""),  # the model lifecycle, the server's shutdown wait
     ("git", "triton-python-backend", ""),  # the Python backend and its stub processes
     ("sdist", "llama-cpp-python", "0.3.36"),  # vendors llama.cpp (vendor/llama.cpp): server, src, ggml
+    ("sdist", "llama-cpp-python", "0.2.24"),  # Dec 2023: llama.cpp's examples/server/server.cpp of then
     ("git", "deepspeed", ""),
     ("git", "lmdeploy", ""),
     ("stdlib", "cpython", ""),
@@ -933,6 +934,12 @@ MESSAGES += [
 # common/log.h: LOG_INF(fmt, ...); tools/server/server-common.h: SRV_INF(fmt, ...) and
 # SLT_INF(slot, fmt, ...) prefix "srv  <func>: " / "slot <func>: id N | task N | "; src/llama-impl.h
 # LLAMA_LOG_INFO(fmt, ...), ggml/src/ggml-impl.h GGML_LOG_INFO(fmt, ...).
+# 0.2.24 (December 2023) carries the server of then, examples/server/server.cpp: LOG_TEE(fmt, ...)
+# (common/log.h, no level: read as info) prints "slot %d is processing [task id: %d]", "slot
+# unavailable"..., LOG_INFO("text", {json fields}) one JSON object a line, and fprintf(stderr, fmt).
+# The selectors of llama-server's events read both versions ("llama-cpp-python*"): 0.2.24 adds only
+# what 0.3.36 does not print; what only 0.2.24 prints (no free slot, all slots idle, the decode loop
+# giving up) has selectors of its own.
 LLAMA_MACROS = {f"{p}_{lv}": (level, 1 if p == "SLT" else 0)
                 for p in ("LOG", "SRV", "SLT", "QUE")
                 for lv, level in (("INF", "info"), ("WRN", "warning"), ("ERR", "error"), ("DBG", "debug"))}
@@ -940,21 +947,27 @@ LLAMA_MACROS.update({f"{p}_{lv}": (level, 0) for p in ("LLAMA_LOG", "GGML_LOG")
                      for lv, level in (("INFO", "info"), ("WARN", "warning"), ("ERROR", "error"),
                                        ("DEBUG", "debug"))})
 LC = "vendor/llama.cpp/"
+LC_OLD_SERVER = LC + "examples/server/server.cpp"  # 0.2.24 only
 LC_SERVER = [LC + "tools/server/server.cpp", LC + "tools/server/server-context.cpp",
-             LC + "tools/server/server-http.cpp", LC + "tools/server/server-queue.cpp"]
+             LC + "tools/server/server-http.cpp", LC + "tools/server/server-queue.cpp",
+             LC_OLD_SERVER]
 LC_SRC = [LC + "src/llama.cpp", LC + "src/llama-model-loader.cpp", LC + "src/llama-model.cpp",
           LC + "src/llama-context.cpp", LC + "src/llama-kv-cache.cpp"]
 LC_GGML = [LC + "ggml/src/ggml-backend.cpp", LC + "ggml/src/ggml-alloc.c",
            LC + "ggml/src/ggml-cuda/ggml-cuda.cu", LC + "ggml/src/ggml-vulkan/ggml-vulkan.cpp",
            LC + "ggml/src/ggml-metal/ggml-metal.cpp", LC + "ggml/src/ggml-metal/ggml-metal-context.m",
            LC + "ggml/src/ggml-metal/ggml-metal-device.m"]
-LCPP = "llama-cpp-python"
+LCPP = "llama-cpp-python==0.3.36"  # what only the newer llama.cpp has (src/, ggml/src/, the router)
+LCPP_ALL = "llama-cpp-python*"  # 0.3.36, then 0.2.24
+LCPP_2023 = "llama-cpp-python==0.2.24"
+LLAMA_OLD_MACROS = dict(LLAMA_MACROS, LOG_TEE=("info", 0), LOG_INFO=("info", 0), LOG_WARNING=("warning", 0),
+                        LOG_ERROR=("error", 0), LOG_VERBOSE=("debug", 0))
 
 MESSAGES += [
-    Msg("llamacpp.kv-no-space", LCPP, [LC + "tools/server/server-context.cpp"], "kv-cache-full", "symptom",
-        "serving", "llama_decode found no free KV cells for the batch: llama-server clears idle slots "
+    Msg("llamacpp.kv-no-space", LCPP_ALL, [LC + "tools/server/server-context.cpp", LC_OLD_SERVER], "kv-cache-full",
+        "symptom", "serving", "llama_decode found no free KV cells for the batch: llama-server clears idle slots "
         "or halves the batch and retries; the running slots hold the whole cache.",
-        [("request-deadlock", 0.1), ("gpu-oom", 0.05)], lang="c", macros=LLAMA_MACROS,
+        [("request-deadlock", 0.1), ("gpu-oom", 0.05)], lang="c", macros=LLAMA_OLD_MACROS,
         text=r"failed to find free space in the KV cache"),
     Msg("llamacpp.decode-failed", LCPP, [LC + "tools/server/server-context.cpp"], "decode-failed",
         "mechanism", "serving", "A decode failed (compute error, invalid batch, an exception in "
@@ -962,46 +975,64 @@ MESSAGES += [
         [("gpu-fault", 0.15)], lang="c", macros=LLAMA_MACROS, levels=("error",),
         text=r"off = %d, n_batch = %d, ret = %d|(pre_|post_)?decode\(\) failed|failed to process "
              r"speculative batch|failed to (decode|encode|process) mtmd"),
-    Msg("llamacpp.context-shift", LCPP, [LC + "tools/server/server-context.cpp"], "context-shift", "state",
-        "serving", "A slot's context is full: llama-server discards n_discard tokens after n_keep and "
+    Msg("llamacpp.context-shift", LCPP_ALL, [LC + "tools/server/server-context.cpp", LC_OLD_SERVER], "context-shift",
+        "state", "serving", "A slot's context is full: llama-server discards n_discard tokens after n_keep and "
         "goes on generating (a request with no stop and no n_predict can run on like this).",
-        lang="c", macros=LLAMA_MACROS, text=r"^slot context shift"),
-    Msg("llamacpp.load-failed", LCPP, LC_SERVER + [LC + "src/llama.cpp"], "model-load-error", "mechanism",
+        lang="c", macros=LLAMA_OLD_MACROS, text=r"^slot context shift|^slot %d: context shift"),
+    Msg("llamacpp.load-failed", LCPP_ALL, LC_SERVER + [LC + "src/llama.cpp"], "model-load-error", "mechanism",
         "load", "llama.cpp could not load the model or create its context; llama-server exits.",
-        [("rank-died", 0.2), ("gpu-oom", 0.1)], lang="c", macros=LLAMA_MACROS, levels=("error",),
+        [("rank-died", 0.2), ("gpu-oom", 0.1)], lang="c", macros=LLAMA_OLD_MACROS, levels=("error",),
         text=r"failed to load model|failed to create_context|exiting due to model loading error|"
-             r"failed to load models on startup|error loading model|failed to load draft model"),
+             r"failed to load models on startup|error loading model|failed to load draft model|"
+             r"^unable to load (clip )?model"),
     Msg("llamacpp.alloc-failed", LCPP, LC_SRC + LC_GGML, "gpu-alloc-failed", "mechanism", "load",
         "A device (or host) buffer for weights, the KV cache or the compute graph could not be "
         "allocated.", [("gpu-oom", 0.35)], lang="c", macros=LLAMA_MACROS, levels=("error", "warning"),
         text=r"failed to allocate|cudaMalloc failed|out of memory|unable to allocate"),
-    Msg("llamacpp.http-failed", LCPP, [LC + "tools/server/server.cpp", LC + "tools/server/server-http.cpp"],
+    Msg("llamacpp.http-failed", LCPP_ALL, [LC + "tools/server/server.cpp", LC + "tools/server/server-http.cpp",
+                                           LC_OLD_SERVER],
         "http-server-failed", "mechanism", "init", "llama-server's HTTP listener could not bind / start "
         "or stopped: the process exits or no request reaches it.", [("frontend-hang", 0.2)], lang="c",
-        macros=LLAMA_MACROS, levels=("error",),
+        macros=dict(LLAMA_OLD_MACROS, fprintf=("error", 1)), levels=("error",),
         text=r"couldn't bind HTTP|couldn't start HTTP listener|failed to initialize HTTP server|"
-             r"exiting due to HTTP server error|stopped unexpectedly"),
-    Msg("llamacpp.server-load", LCPP, LC_SERVER, "llama-server-phase", "progress", "load",
+             r"exiting due to HTTP server error|stopped unexpectedly|couldn't bind to server socket"),
+    Msg("llamacpp.server-load", LCPP_ALL, LC_SERVER, "llama-server-phase", "progress", "load",
         "llama-server's start-up: loading the model, the model loaded, the slots initialised.",
-        lang="c", macros=LLAMA_MACROS,
-        text=r"^loading model|^initializing|loaded multimodal model"),
-    Msg("llamacpp.server-listening", LCPP, LC_SERVER, "llama-server-phase", "progress", "serving",
+        lang="c", macros=LLAMA_OLD_MACROS,
+        text=r"^loading model|^initializing|loaded multimodal model|^Available slots|^ -> Slot %i - max context"),
+    Msg("llamacpp.server-listening", LCPP_ALL, LC_SERVER, "llama-server-phase", "progress", "serving",
         "llama-server has its model loaded and listens for requests, sleeps / wakes when idle, or "
-        "cleans up before exit.", lang="c", macros=LLAMA_MACROS,
+        "cleans up before exit.", lang="c", macros=LLAMA_OLD_MACROS,
         text=r"^model loaded|^listening on|sleeping state|cleaning up before exit|starting server in "
-             r"router mode"),
-    Msg("llamacpp.slot-progress", LCPP, [LC + "tools/server/server-context.cpp"], "slot-progress", "progress",
+             r"router mode|^\s*llama server listening at|^HTTP server listening"),
+    Msg("llamacpp.slot-progress", LCPP_ALL, [LC + "tools/server/server-context.cpp", LC_OLD_SERVER],
+        "slot-progress", "progress",
         "serving", "A slot picks a task, processes the prompt, generates and stops: requests are moving.",
-        lang="c", macros=LLAMA_MACROS,
+        lang="c", macros=LLAMA_OLD_MACROS,
         text=r"prompt processing|^n_gen =|stop processing|processing task|selected slot|eval time =|"
-             r"total time =|draft tokens"),
+             r"total time =|draft tokens|is processing \[task id|^slot %d released|in cache: %i tokens|"
+             r"kv cache rm|we have to evaluate at least|^prompt ingested$|^input truncated$"),
+    # what only the server of 2023 prints (0.2.24): it answers a request no slot can take with an
+    # error, and its slot loop ends when a decode fails for good
+    Msg("llamacpp.no-slot-2023", LCPP_2023, [LC_OLD_SERVER], "no-free-slot", "symptom", "serving",
+        "Every slot is busy (or the slot the request named is): the server of 2023 answers the request "
+        "with the error 'slot unavailable' instead of queueing it.", [("request-deadlock", 0.1)],
+        lang="c", macros=LLAMA_OLD_MACROS, text=r"^slot unavailable"),
+    Msg("llamacpp.idle-2023", LCPP_2023, [LC_OLD_SERVER], "slots-idle", "state", "serving",
+        "Every slot is idle: no request is in flight, the KV cache is cleared.", lang="c",
+        macros=LLAMA_OLD_MACROS, text=r"^all slots are idle"),
+    Msg("llamacpp.decode-failed-2023", LCPP_2023, [LC_OLD_SERVER], "decode-failed", "mechanism", "serving",
+        "A decode failed for good (at a batch of 1 or with an error, where the source says the KV cache "
+        "is full, or while evaluating an image): update_slots returns false and the server's slot loop "
+        "ends, while its HTTP thread goes on taking requests.", [("gpu-fault", 0.15)], lang="c",
+        macros=LLAMA_OLD_MACROS, text=r"failed to decode the batch|failed to eval"),
     Msg("llamacpp.router", LCPP, [LC + "tools/server/server-models.cpp"], "llama-router-instance", "state",
         "any", "llama-server's router spawns, waits for, stops or kills a model instance.",
         lang="c", macros=LLAMA_MACROS,
         text=r"force-killing|exited with status|still loading|waiting until model|spawning server "
              r"instance|is not running|still alive|queued"),
-    Msg("llamacpp.server-other", LCPP, LC_SERVER, "llama-server-state", "state", "any",
-        "llama-server reports a warning or an error.", lang="c", macros=LLAMA_MACROS,
+    Msg("llamacpp.server-other", LCPP_ALL, LC_SERVER, "llama-server-state", "state", "any",
+        "llama-server reports a warning or an error.", lang="c", macros=LLAMA_OLD_MACROS,
         levels=("warning", "error"), min_literal=20),  # "failed to create %s" says too little
     Msg("llamacpp.load-progress", LCPP, LC_SRC, "model-load", "progress", "load",
         "llama.cpp loads the model: the GGUF metadata, tensors, layers offloaded, buffers sized.",

@@ -357,6 +357,9 @@ def test_a_statement_the_poster_marks_as_hanging_places_the_stop() -> None:
     assert "remote-wait" in pos
     assert _ids(script, "ticket.md")[0] == "rank-died"
     assert not _obs(script.replace("# this hangs forever", "# returns 'ACTOR OK'"), "ticket.md").positions
+    # a comment that denies the hang marks nothing
+    for denied in ("# this never hangs", "# doesn't hang any more", "# no longer stuck here"):
+        assert not _obs(script.replace("# this hangs forever", denied), "ticket.md").positions
 
 
 REPRO = ("```python\nimport os, torch\nimport torch.distributed as dist\n\n"

@@ -186,14 +186,16 @@ _STATEMENT_WAITS: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
-_HANG_COMMENT = re.compile(r"^(?P<stmt>\s*[^#\s][^#]*?)\s+#.*\b(?:hangs?|hung|stuck|blocks?|freezes|"
+_HANG_COMMENT = re.compile(r"^(?P<stmt>\s*[^#\s][^#]*?)\s+#(?P<said>.*?)\b(?:hangs?|hung|stuck|blocks?|freezes|"
                            r"never (?:returns|finishes|completes))\b", re.I)
+# "# this never hangs", "# doesn't hang any more", "# no longer stuck": the comment denies it
+_DENIED = re.compile(r"\b(?:not|never|no longer|no|without)\s+(?:\w+\s+)?$|n't\s+(?:\w+\s+)?$", re.I)
 
 
 def _marks_hang(line: str, obs: Any) -> bool:
     """The poster's own comment on the statement that hangs ("ray.get(...)  # hangs forever")."""
     m = _HANG_COMMENT.match(line)
-    if not m:
+    if not m or _DENIED.search(m.group("said")):
         return False
     for wait, rx in _STATEMENT_WAITS:
         if rx.search(m.group("stmt")):
@@ -253,6 +255,11 @@ def script_stop(ev: Evidence, lines: list[str], obs: Any) -> None:
 
 
 _HANG_WORD = re.compile(r"\b(?:hangs?|hung|hanging|stuck|deadlock\w*|freez\w*|frozen)\b", re.I)
+def _speaks_of_hang(line: str) -> bool:
+    """A hang word in the line that no negation right before it denies."""
+    return any(not _DENIED.search(line[:m.start()]) for m in _HANG_WORD.finditer(line))
+
+
 SCRIPT_FACTOR = 0.5  # a statement the run may have stopped at weighs less than one it was seen at
 
 
@@ -268,7 +275,7 @@ def script_waits(ev: Evidence, lines: list[str], obs: Any, reported: bool) -> No
             if not isinstance(item, dict) or not item.get("script"):
                 continue
             code = [x for x in item.get("lines") or [] if isinstance(x, str)]
-            if not (reported or any(_HANG_WORD.search(x) for x in code)):
+            if not (reported or any(_speaks_of_hang(x) for x in code)):
                 continue
             printed = {x.strip() for x in lines if x.strip()}
             if any(rx.match(x) for rx, _i in _literals(code) for x in printed):

@@ -163,6 +163,19 @@ def test_templates_to_regex() -> None:
     assert T.key_word(T.percent_tokens("%sfoo bar baz_qux%d")) == "bar"
 
 
+def test_a_field_width_pads_a_number_with_spaces() -> None:
+    # printf pads "%10.2f" / "%5d" on the left ("prompt eval time =     102.12 ms /     5 tokens")
+    rx = T.to_regex(T.percent_tokens("eval time = %10.2f ms / %5d tokens"))
+    assert re.search(rx, "eval time =     102.12 ms /     5 tokens")
+    assert re.search(rx, "eval time = 102.12 ms / 5 tokens")
+    assert not re.search(rx, "eval time =     x ms / 5 tokens")
+    # a left-aligned text field pads on its right, inside its own wildcard: no change
+    assert T.to_regex(T.percent_tokens("x %-8s y")) == T.to_regex(T.percent_tokens("x %s y"))
+    from hangdoctor.knowledge.generated import match_message
+    line = "print_timings: prompt eval time =     102.12 ms /     5 tokens (   20.42 ms per token,    48.97 tokens per second)"
+    assert any(m["package"] == "llama-cpp-python" for m in match_message(line))
+
+
 def test_python_messages_from_a_snippet() -> None:
     src = '''
 import logging

@@ -68,7 +68,15 @@ def _merge(tokens: list[Token]) -> list[Token]:
     return out
 
 
+_WIDTH = re.compile(r"^%(?:\([^)]*\))?(?P<flags>[-#0 +']*)[1-9]")
+
+
 def _ph_regex(ph: str) -> str:
+    w = _WIDTH.match(ph) if ph.startswith("%") else None
+    if w and "-" not in w.group("flags") and ph[-1] not in "sSvqTcp":
+        # a field width pads a number with spaces on the left ("%10.2f" prints "    102.12");
+        # "0" pads with zeros, which the number's own pattern takes
+        return " *" + _ph_regex(ph[:w.end() - 1] + ph[w.end():].lstrip("0123456789"))
     if ph.startswith("%"):
         conv = ph[-1]
         if conv in "diu":

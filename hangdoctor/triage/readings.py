@@ -60,6 +60,21 @@ REPEAT_MIN = 4  # the same line this many times in a row (only numbers differ) i
 _ELISION = re.compile(r"^\s*(?:\.{3}|…|\[?\(?(?:repeat(?:s|ed)?|same)\b[^)\]]*[)\]]?)\s*$", re.I)
 
 
+_CLOCK = re.compile(r"\d\d:\d\d:\d\d|\d{4}-\d\d-\d\d|\b\d{10}(?:\.\d+)?\b")
+
+
+def _enumerates(run: list[str]) -> bool:
+    """Lines that count a field up by one from 0 or 1 and carry no clock: a listing printed at
+    once (collect_env's and nvidia-smi -L's "GPU 0: …", "GPU 1: …", ranks, layers), no loop."""
+    if any(_CLOCK.search(x) for x in run):
+        return False
+    nums = [[int(n) for n in re.findall(r"\d+", x)] for x in run]
+    if any(len(n) != len(nums[0]) for n in nums):
+        return False
+    return any(nums[0][i] in (0, 1) and all(nums[j][i] == nums[0][i] + j for j in range(len(nums)))
+               for i in range(len(nums[0])))
+
+
 def log_repeats(lines: list[str], obs: Any, quiet: Callable[[str], bool]) -> None:
     """A loop that prints and makes no progress: one line again and again (REPEAT_MIN times in a
     row, or twice and then the poster's '...' for the rest). Not when that line is a progress
@@ -78,11 +93,11 @@ def log_repeats(lines: list[str], obs: Any, quiet: Callable[[str], bool]) -> Non
         if k == key:
             run.append(body)
             continue
-        if len(run) >= REPEAT_MIN and not quiet(run[-1]):
+        if len(run) >= REPEAT_MIN and not quiet(run[-1]) and not _enumerates(run):
             obs.positions.setdefault("log-repeats", Position("log-repeats", run[-1][:160]))
             return
         run, key = [body], k
-    if len(run) >= REPEAT_MIN and not quiet(run[-1]):
+    if len(run) >= REPEAT_MIN and not quiet(run[-1]) and not _enumerates(run):
         obs.positions.setdefault("log-repeats", Position("log-repeats", run[-1][:160]))
 
 

@@ -372,6 +372,7 @@ def test_a_statement_the_poster_marks_as_hanging_places_the_stop() -> None:
 
 
 REPRO = ("```python\nimport os, torch\nimport torch.distributed as dist\n\n"
+         "def init_distributed():\n    return None\n\n"
          "path = os.path.join('/tmp', 'x')\n"
          "dist.init_process_group('nccl')\ntorch.cuda.set_device(int(os.environ['LOCAL_RANK']))\n"
          "dist.barrier()  # first collective\ndist.all_reduce(torch.ones(1).cuda())\nprint('done')\n```\n")
@@ -381,6 +382,7 @@ def test_a_reproducer_pasted_without_its_output_names_its_waits_as_candidates() 
     hangs = REPRO.replace("\n\npath", "\n# reproduces the hang on two nodes\npath")
     pos = _obs("How to reproduce\n" + hangs, "ticket.md").positions
     assert list(pos) == ["rendezvous", "collective"]  # in the script's order; os.path.join is no wait
+    # the definition "def init_distributed():" is no call: the rendezvous is init_process_group's line
     assert all(p.factor < 1 for p in pos.values()) and "init_process_group" in pos["rendezvous"].frame
     ranked = analyze([analyze_inputs([("ticket.md", "How to reproduce\n" + hangs)])])["causes"]
     assert ranked[0]["id"] == "rendezvous-stall" and ranked[0]["confidence"] == "low"

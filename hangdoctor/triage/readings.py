@@ -260,6 +260,8 @@ def script_stop(ev: Evidence, lines: list[str], obs: Any) -> None:
             # launch returns at once; the synchronize after it is where the wait shows)
             following = [x.strip() for x in code[at + 1:] if x.strip() and not x.strip().startswith("#")][:6]
             for nxt in following:
+                if nxt.startswith(("def ", "async def ", "class ")):
+                    continue  # a definition names a call, it does not make it
                 for wait, rx in _STATEMENT_WAITS:
                     if rx.search(nxt):
                         obs.positions.setdefault(wait, Position(
@@ -298,8 +300,8 @@ def script_waits(ev: Evidence, lines: list[str], obs: Any, reported: bool) -> No
             seen: list[str] = []
             for x in code:
                 stmt = x.strip()
-                if not stmt or stmt.startswith("#") or _PRINT_LITERAL.match(stmt):
-                    continue
+                if not stmt or stmt.startswith(("#", "def ", "async def ", "class ")) or _PRINT_LITERAL.match(stmt):
+                    continue  # a definition names a call, it does not make it
                 for wait, rx in _STATEMENT_WAITS:
                     if rx.search(stmt):
                         if wait not in seen and wait not in obs.positions:

@@ -227,6 +227,9 @@ def test_a_loop_printing_one_line_again_and_again_is_seen_and_a_throughput_line_
 def test_a_listing_that_counts_up_is_no_loop_and_a_retry_with_a_clock_is() -> None:
     gpus = "".join(f"GPU {i}: NVIDIA H100 80GB HBM3\n" for i in range(8))  # collect_env, nvidia-smi -L
     assert "log-repeats" not in _obs(gpus).positions
+    pairs = "".join(f"Device={a} CANNOT Access Peer Device={b}\n" for a in range(3) for b in range(3) if a != b)
+    assert "log-repeats" not in _obs(pairs).positions
+    assert "log-repeats" in _obs("scheduler: no batch formed, retry (rank 0)\n" * 5).positions
     retries = "".join(f"2025-06-01 10:00:{10 * i:02d} WARNING connect to 10.0.0.2:29500 failed, attempt {i + 1}\n"
                       for i in range(5))
     assert "log-repeats" in _obs(retries).positions

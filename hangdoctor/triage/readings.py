@@ -64,13 +64,17 @@ _CLOCK = re.compile(r"\d\d:\d\d:\d\d|\d{4}-\d\d-\d\d|\b\d{10}(?:\.\d+)?\b")
 
 
 def _enumerates(run: list[str]) -> bool:
-    """Lines that count a field up by one from 0 or 1 and carry no clock: a listing printed at
-    once (collect_env's and nvidia-smi -L's "GPU 0: …", "GPU 1: …", ranks, layers), no loop."""
+    """Lines with no clock whose numbers differ on every line, or count a field up by one from 0
+    or 1: a listing printed at once (collect_env's and nvidia-smi -L's "GPU 0: …", "GPU 1: …", a
+    peer-access matrix "Device=0 CAN Access Peer Device=1" …), no loop. A loop that makes no
+    progress prints the same values again, or the time it printed them."""
     if any(_CLOCK.search(x) for x in run):
         return False
     nums = [[int(n) for n in re.findall(r"\d+", x)] for x in run]
     if any(len(n) != len(nums[0]) for n in nums):
         return False
+    if len({tuple(n) for n in nums}) == len(nums):
+        return True  # every line its own values (a matrix of device pairs): a table, printed once
     return any(nums[0][i] in (0, 1) and all(nums[j][i] == nums[0][i] + j for j in range(len(nums)))
                for i in range(len(nums[0])))
 

@@ -89,8 +89,8 @@ def library_messages(ev: Evidence):
             signals.append(support(c["cause"], min(cap, float(c.get("weight") or 0.1)), text, refs=list(refs)))
     first_death = next((i for i, x in enumerate(lines) if x in deaths or _DIED.search(x)), None)
     first_timeout = next((i for i, x in enumerate(lines) if _TIMEOUT.search(x)), None)
-    if first_death is not None and first_timeout is not None and first_timeout < first_death and \
-            not any(_DIED.search(x) for x in lines[:first_timeout]):
+    # the first death after the timeout: no process died before the wait timed out
+    if first_death is not None and first_timeout is not None and first_timeout < first_death:
         signals.append(against(
             "rank-died", 0.6,
             "the death follows a wait that timed out, raised by the waiting side, and nothing died "

@@ -27,7 +27,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 COLLECTIVE_OPS = frozenset(
     {
@@ -280,37 +280,35 @@ _GENERATED_KIND = {
 }
 
 
+def _named(frames: list[Frame]) -> Iterator[tuple[Frame, dict[str, Any]]]:
+    """(frame, entry) for each frame, innermost first, that the libraries' own wait points
+    (knowledge/generated/wait_points.json) name; nothing without the tables."""
+    try:
+        from hangdoctor.knowledge.generated import classify_frame
+    except ImportError:  # an install without the generated tables
+        return
+    for f in frames:
+        try:
+            hit = classify_frame(f.name if f.native else f.bare, None if f.native else f.file)
+        except Exception:  # noqa: BLE001 - a table that cannot answer leaves the frame unknown
+            return
+        if hit:
+            yield f, hit
+
+
 def _idle_in(frames: list[Frame]) -> tuple[str, str] | None:
     """A queue's, a socket's or a condition's wait that a library's own code calls where it
     idles for work is idle, not IPC: vLLM's EngineCoreProc._process_input_queue waits for
     "requests from the API server", released by a request arriving (wait_points.json)."""
-    try:
-        from hangdoctor.knowledge.generated import classify_frame
-    except ImportError:
-        return None
-    for f in frames[:8]:
-        if f.native:
-            continue
-        try:
-            hit = classify_frame(f.bare, f.file)
-        except Exception:  # noqa: BLE001 - a table that cannot answer leaves the frame as it is
-            return None
-        if hit and hit.get("wait_class") in ("idle-wait", "event-loop"):
+    for f, hit in _named([f for f in frames[:8] if not f.native]):
+        if hit.get("wait_class") in ("idle-wait", "event-loop"):
             return "serving-idle", f.short
     return None
 
 
 def _generated_wait(frames: list[Frame]) -> tuple[str, str] | None:
-    try:
-        from hangdoctor.knowledge.generated import classify_frame
-    except ImportError:  # an install without the generated tables
-        return None
-    for f in frames[:40]:
-        try:
-            hit = classify_frame(f.name if f.native else f.bare, None if f.native else f.file)
-        except Exception:  # noqa: BLE001 - a table that cannot answer leaves the frame unknown
-            return None
-        if hit and hit.get("wait_class") in _GENERATED_KIND:
+    for f, hit in _named(frames[:40]):
+        if hit.get("wait_class") in _GENERATED_KIND:
             kind = _GENERATED_KIND[hit["wait_class"]]
             if kind == "collective:wait" and not f.native:
                 kind = "collective:" + f.bare

@@ -172,9 +172,9 @@ def _wait_of(thread: Any) -> str:
     if kind in ("unknown", "running") and inner is not None and not _in_async_http(inner.file) and \
             any(not f.native and _in_async_http(f.file) for f in thread.frames):
         # code that does not wait, inside an asyncio HTTP server's or client's call: the event
-        # loop runs it and serves nothing else until it returns (the loop's own frames innermost,
-        # uvloop's run or asyncio's select, are a loop waiting for events: idle) (asyncio docs, "Developing with
-        # asyncio": a blocking call in a coroutine blocks the whole loop)
+        # loop runs it and serves nothing else until it returns (asyncio docs, "Developing with
+        # asyncio": a blocking call in a coroutine blocks the whole loop). The loop's own frames
+        # innermost (uvloop's run, asyncio's select) are a loop waiting for events: idle
         return "event-loop"
     return "collective" if kind.startswith("collective") else kind
 

@@ -25,7 +25,6 @@ class Position:
     factor: float = 1.0  # below 1 for a candidate (a script's waits), not where a process was seen
 
 
-
 # a collective needs the same sizes on every rank (NCCL's API docs: count and datatype must
 # match across the communicator; torch's all_to_all_single: the split sizes must agree with the
 # peers'): lines that differ only in a size printed next to a collective are ranks that disagree
@@ -84,6 +83,12 @@ def log_repeats(lines: list[str], obs: Any, quiet: Callable[[str], bool]) -> Non
     row, or twice and then the poster's '...' for the rest). Not when that line is a progress
     report (a throughput line repeats on a healthy server), names a phase of start-up (a
     'waiting for the other ranks' line repeats while it waits) or is an error."""
+    def loops(run: list[str]) -> bool:
+        if len(run) >= REPEAT_MIN and not quiet(run[-1]) and not _enumerates(run):
+            obs.positions.setdefault("log-repeats", Position("log-repeats", run[-1][:160]))
+            return True
+        return False
+
     run: list[str] = []
     key = None
     for x in lines[-3000:]:
@@ -97,12 +102,10 @@ def log_repeats(lines: list[str], obs: Any, quiet: Callable[[str], bool]) -> Non
         if k == key:
             run.append(body)
             continue
-        if len(run) >= REPEAT_MIN and not quiet(run[-1]) and not _enumerates(run):
-            obs.positions.setdefault("log-repeats", Position("log-repeats", run[-1][:160]))
+        if loops(run):
             return
         run, key = [body], k
-    if len(run) >= REPEAT_MIN and not quiet(run[-1]) and not _enumerates(run):
-        obs.positions.setdefault("log-repeats", Position("log-repeats", run[-1][:160]))
+    loops(run)
 
 
 # a poster's table of configurations, each marked as working or failing: when a version (alone
@@ -148,8 +151,9 @@ def versions_split(lines: list[str], obs: Any) -> None:
 
 
 # vLLM's periodic scheduler stats (v1/metrics/loggers.py: "Running: %d reqs", "Waiting: %d
-# reqs"; the v0 engine's metrics.py says "Pending: %d reqs"): requests waiting while none runs is a scheduler that cannot admit what waits (the KV
-# cache or the token budget too small for it, or a request it never picks)
+# reqs"; the v0 engine's metrics.py says "Pending: %d reqs"): requests waiting while none runs is
+# a scheduler that cannot admit what waits (the KV cache or the token budget too small for it,
+# or a request it never picks)
 _STATS = re.compile(r"Running: (?P<run>\d+) reqs.{0,80}?(?:Waiting|Pending): (?P<wait>\d+) reqs|"
                     r"(?:Waiting|Pending): (?P<wait2>\d+) reqs.{0,80}?Running: (?P<run2>\d+) reqs")
 
@@ -205,6 +209,14 @@ _STATEMENT_WAITS: list[tuple[str, re.Pattern[str]]] = [
 ]
 
 
+_DEFINES = ("def ", "async def ", "class ")  # a definition names a call, it does not make it
+
+
+def _wait_of_statement(stmt: str) -> str | None:
+    """The wait class of the first call the statement makes that waits (_STATEMENT_WAITS)."""
+    return next((wait for wait, rx in _STATEMENT_WAITS if rx.search(stmt)), None)
+
+
 _HANG_COMMENT = re.compile(r"^(?P<stmt>\s*[^#\s][^#]*?)\s+#(?P<said>.*?)\b(?:hangs?|hung|stuck|blocks?|freezes|"
                            r"never (?:returns|finishes|completes))\b", re.I)
 # "# this never hangs", "# doesn't hang any more", "# no longer stuck": the comment denies it
@@ -214,14 +226,11 @@ _DENIED = re.compile(r"\b(?:not|never|no longer|no|without)\s+(?:\w+\s+)?$|n't\s
 def _marks_hang(line: str, obs: Any) -> bool:
     """The poster's own comment on the statement that hangs ("ray.get(...)  # hangs forever")."""
     m = _HANG_COMMENT.match(line)
-    if not m or _DENIED.search(m.group("said")):
+    wait = None if not m or _DENIED.search(m.group("said")) else _wait_of_statement(m.group("stmt"))
+    if wait is None:
         return False
-    for wait, rx in _STATEMENT_WAITS:
-        if rx.search(m.group("stmt")):
-            obs.positions.setdefault(wait, Position(
-                wait, f"the poster marks this statement as where it hangs: {line.strip()[:120]}"))
-            return True
-    return False
+    obs.positions.setdefault(wait, Position(wait, f"the poster marks this statement as where it hangs: {line.strip()[:120]}"))
+    return True
 
 
 def _literals(code: list[str]) -> list[tuple[re.Pattern[str], int]]:
@@ -264,18 +273,18 @@ def script_stop(ev: Evidence, lines: list[str], obs: Any) -> None:
             # launch returns at once; the synchronize after it is where the wait shows)
             following = [x.strip() for x in code[at + 1:] if x.strip() and not x.strip().startswith("#")][:6]
             for nxt in following:
-                if nxt.startswith(("def ", "async def ", "class ")):
-                    continue  # a definition names a call, it does not make it
-                for wait, rx in _STATEMENT_WAITS:
-                    if rx.search(nxt):
-                        obs.positions.setdefault(wait, Position(
-                            wait, f"the run printed {last!r} last; the script goes on to: {nxt[:100]}"))
-                        return
+                wait = None if nxt.startswith(_DEFINES) else _wait_of_statement(nxt)
+                if wait:
+                    obs.positions.setdefault(wait, Position(
+                        wait, f"the run printed {last!r} last; the script goes on to: {nxt[:100]}"))
+                    return
                 if _PRINT_LITERAL.match(nxt):
                     break  # the next print was not reached: what comes after it never ran
 
 
 _HANG_WORD = re.compile(r"\b(?:hangs?|hung|hanging|stuck|deadlock\w*|freez\w*|frozen)\b", re.I)
+
+
 def _speaks_of_hang(line: str) -> bool:
     """A hang word in the line that no negation right before it denies."""
     return any(not _DENIED.search(line[:m.start()]) for m in _HANG_WORD.finditer(line))
@@ -287,10 +296,10 @@ SCRIPT_FACTOR = 0.5  # a statement the run may have stopped at weighs less than 
 def script_waits(ev: Evidence, lines: list[str], obs: Any, reported: bool) -> None:
     """A reproducer pasted without any output of it (no line it prints is in the evidence): the
     run stopped at one of the statements that wait, and the script names them in the order it
-    reaches them. Read only when nothing
-    else placed the stop, and only for a script of a hang (its report says so, or the script
-    speaks of it in its comments or strings); the first three wait classes are candidates, at
-    a lower weight than a stop seen in a stack or a log."""
+    reaches them. Read only when nothing else placed the stop, and only for a script of a hang
+    (its report says so, or the script speaks of it in its comments or strings); the first three
+    wait classes are candidates, at a lower weight than a stop seen in a stack or a log."""
+    printed = {x.strip() for x in lines if x.strip()}
     for s in ev.snapshots:
         for item in s.get("pasted_prose") or []:
             if not isinstance(item, dict) or not item.get("script"):
@@ -298,22 +307,19 @@ def script_waits(ev: Evidence, lines: list[str], obs: Any, reported: bool) -> No
             code = [x for x in item.get("lines") or [] if isinstance(x, str)]
             if not (reported or any(_speaks_of_hang(x) for x in code)):
                 continue
-            printed = {x.strip() for x in lines if x.strip()}
             if any(rx.match(x) for rx, _i in _literals(code) for x in printed):
                 continue  # its output is here: where it got to is read from that, not guessed
             seen: list[str] = []
             for x in code:
                 stmt = x.strip()
-                if not stmt or stmt.startswith(("#", "def ", "async def ", "class ")) or _PRINT_LITERAL.match(stmt):
-                    continue  # a definition names a call, it does not make it
-                for wait, rx in _STATEMENT_WAITS:
-                    if rx.search(stmt):
-                        if wait not in seen and wait not in obs.positions:
-                            seen.append(wait)
-                            obs.positions[wait] = Position(
-                                wait, f"the script, pasted without its output, waits here: {stmt[:100]}",
-                                factor=SCRIPT_FACTOR)
-                        break
+                if not stmt or stmt.startswith(("#",) + _DEFINES) or _PRINT_LITERAL.match(stmt):
+                    continue
+                wait = _wait_of_statement(stmt)
+                if wait and wait not in seen and wait not in obs.positions:
+                    seen.append(wait)
+                    obs.positions[wait] = Position(
+                        wait, f"the script, pasted without its output, waits here: {stmt[:100]}",
+                        factor=SCRIPT_FACTOR)
                 if len(seen) >= 3:
                     return
 
@@ -338,8 +344,6 @@ def announced_stop(ev: Evidence, obs: Any) -> None:
         m = _ANNOUNCE.match(last)
         if not m:
             continue
-        call = m.group("call").rstrip("()") + "("
-        for wait, rx in _STATEMENT_WAITS:
-            if rx.search(call):
-                obs.positions.setdefault(wait, Position(wait, f"the last line announces the call it stopped in: {last[:120]}"))
-                break
+        wait = _wait_of_statement(m.group("call").rstrip("()") + "(")
+        if wait:
+            obs.positions.setdefault(wait, Position(wait, f"the last line announces the call it stopped in: {last[:120]}"))
